@@ -1,0 +1,126 @@
+"""Environment throughput: reset and step rates, and Sokoban level generation times.
+
+Prints, in one run:
+1. reset/s and step/s of Ragen/Sokoban-v0 and Ragen/FrozenLake-v0 with text and with image
+   observations, next to Gymnasium's FrozenLake-v1 (integer observations, fixed 4x4 map);
+2. Sokoban generation time (mean, p99, max) by room size, ours next to gym-sokoban's generator
+   (``pip install --no-deps gym-sokoban``; skipped when absent), with the ratio of means, plus the
+   time our reset spends on top of generation to compute the optimal solution length.
+
+    python benchmarks/env_throughput.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import time
+import warnings
+
+import gymnasium as gym
+import numpy as np
+
+import ragen_envs  # noqa: F401
+from ragen_envs.sokoban.generator import generate_level
+
+ROOMS = [((6, 6), 1), ((8, 8), 2), ((10, 10), 3)]
+
+
+def rates(make, actions, seconds):
+    """(resets/s, steps/s) of an env, each measured for about `seconds`."""
+    env = make()
+    env.reset(seed=0)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        env.reset(seed=n)
+        n += 1
+    reset_rate = n / (time.perf_counter() - start)
+    env.reset(seed=0)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(actions[n % len(actions)])
+        n += 1
+        if terminated or truncated:
+            env.reset()
+    step_rate = n / (time.perf_counter() - start)
+    env.close()
+    return reset_rate, step_rate
+
+
+def gym_sokoban_generator():
+    """gym-sokoban's generate_room, loaded from its file (its package __init__ needs the old gym)."""
+    spec = importlib.util.find_spec("gym_sokoban")
+    if spec is None:
+        return None
+    path = spec.submodule_search_locations[0] + "/envs/room_utils.py"
+    module_spec = importlib.util.spec_from_file_location("gym_sokoban_room_utils", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+
+    def generate(dim, num_boxes):
+        while True:  # as gym-sokoban's env: retry when a room scores 0
+            try:
+                return module.generate_room(dim=dim, num_steps=int(1.7 * sum(dim)), num_boxes=num_boxes)
+            except (RuntimeError, RuntimeWarning):
+                continue
+
+    return generate
+
+
+def timings(fn, count):
+    out = []
+    for i in range(count):
+        start = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - start)
+    ms = np.array(out) * 1e3
+    return ms.mean(), np.percentile(ms, 99), ms.max()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="shorter runs, fewer samples")
+    args = parser.parse_args()
+    seconds = 0.5 if args.quick else 2.0
+    moves = ["Up", "Right", "Down", "Left", "Left", "Up"]
+
+    print("== reset and step rates (per second, one process) ==")
+    baseline = rates(lambda: gym.make("FrozenLake-v1", is_slippery=False), [0, 1, 2, 3, 3, 0], seconds)
+    print(f"{'env':44s} {'reset/s':>10s} {'step/s':>10s} {'step vs FrozenLake-v1':>22s}")
+    print(f"{'FrozenLake-v1 (Gymnasium, baseline)':44s} {baseline[0]:10.0f} {baseline[1]:10.0f} {'1.00x':>22s}")
+    for env_id in ("Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"):
+        for obs_type in ("text", "image", "both"):
+            r = rates(lambda: gym.make(env_id, observation_type=obs_type), moves, seconds)
+            label = f"{env_id} ({obs_type})"
+            print(f"{label:44s} {r[0]:10.0f} {r[1]:10.0f} {r[1] / baseline[1]:21.2f}x")
+
+    print("\n== Sokoban level generation, ms per level ==")
+    peer = gym_sokoban_generator()
+    if peer is None:
+        print("(gym-sokoban not installed: `pip install --no-deps gym-sokoban` to compare)")
+    count = 50 if args.quick else 300
+    peer_count = 5 if args.quick else 20
+    header = f"{'room':>12s} {'ours mean':>10s} {'p99':>7s} {'max':>7s} {'+solve mean':>12s} {'max':>7s}"
+    if peer:
+        header += f" {'gym-sokoban mean':>17s} {'p99':>8s} {'max':>8s} {'speed-up':>9s}"
+    print(header)
+    for dim, boxes in ROOMS:
+        rng = np.random.default_rng(0)
+        ours = timings(lambda i: generate_level(rng, dim, boxes, 300), count)
+        env = gym.make("Ragen/Sokoban-v0", dim_room=dim, num_boxes=boxes).unwrapped
+        with_solve = timings(lambda i: env.reset(seed=i), count)
+        line = (f"{f'{dim[0]}x{dim[1]}, {boxes} box':>12s} {ours[0]:10.2f} {ours[1]:7.2f} {ours[2]:7.2f} "
+                f"{with_solve[0]:12.2f} {with_solve[2]:7.2f}")
+        if peer:
+            random.seed(0)
+            np.random.seed(0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                theirs = timings(lambda i: peer(dim, boxes), peer_count)
+            line += f" {theirs[0]:17.1f} {theirs[1]:8.1f} {theirs[2]:8.1f} {theirs[0] / ours[0]:8.0f}x"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from ragen_envs.frozenlake.env import FrozenLakeEnv
+
+__all__ = ["FrozenLakeEnv"]

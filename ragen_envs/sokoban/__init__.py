@@ -1,0 +1,3 @@
+from ragen_envs.sokoban.env import SokobanEnv
+
+__all__ = ["SokobanEnv"]

@@ -1,0 +1,206 @@
+"""Sokoban: push every box onto a target.
+
+## Description
+A warehouse room of walls (``#``) and floor (``_``), with targets (``O``), boxes (``X``) and the
+player (``P``). The player walks Up, Down, Left or Right and pushes a box when walking into it,
+provided the cell behind the box is free floor. Boxes cannot be pulled. Levels are generated from
+the env's random generator by reverse play (see ``generator.py``): always solvable, never solved at
+the start.
+
+## Observation
+Text (``observation_type="text"``, the default): the board in ``grid`` format, one row per line,
+with ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player,
+``S`` player on target; or ``coord`` (board size and coordinates of player, boxes, targets and inner
+walls), or ``grid_coord`` (both). ``observation_type="image"`` gives an RGB array
+(rows*32, cols*32, 3); ``"both"`` a dict ``{"text", "image"}``.
+
+## Action
+Text, case-insensitive: ``"Up"``, ``"Down"``, ``"Left"``, ``"Right"``. Anything else is invalid:
+nothing changes, reward 0, ``info["action_is_valid"] = False``.
+
+## Reward (as gym-sokoban and RAGEN)
+-0.1 per valid step, +1 for pushing a box onto a target, -1 for pushing one off, +10 when all boxes
+are on targets.
+
+## Episode end
+Terminated when every box is on a target (``info["success"]``). Truncated after ``max_steps`` calls to
+``step`` (invalid ones included).
+
+## Options
+``reset(options={"level": text})`` plays a given level written in the ``grid`` symbols instead of a
+generated one (fixed evaluation sets, tests).
+
+## Info
+Every step: ``action_is_valid``, ``action_is_effective`` (the player moved), ``success``.
+At reset also ``optimal_solution_length``: the fewest moves that solve the level (difficulty), or
+None if the solver's budget ran out (rooms far larger than the defaults).
+
+## Arguments
+``dim_room=(6, 6)`` (rows, cols, border included), ``num_boxes=1``, ``max_steps=100``,
+``search_depth=300`` (moves of reverse play; deeper walks give harder levels),
+``observation_format="grid"``, ``observation_type="text"``, ``render_mode`` (``ansi``,
+``rgb_array``, ``human``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ragen_envs import rendering
+from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, format_cells
+from ragen_envs.sokoban.generator import Level, generate_level
+from ragen_envs.sokoban.solver import solve
+
+WALL, FLOOR, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET = range(7)
+
+# Node budget of the solve at reset: instant for the default rooms; a few 10x10 rooms with three
+# boxes exceed it and report None rather than stall reset.
+RESET_SOLVER_NODES = 20_000
+
+STEP_PENALTY = -0.1
+BOX_ON_REWARD = 1.0
+BOX_OFF_PENALTY = -1.0
+SOLVED_REWARD = 10.0
+
+INSTRUCTIONS = """You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.
+When you are right next to a box, you can push it by moving in the same direction.
+You cannot push a box through a wall, and you cannot pull a box.
+Symbols: # wall, _ floor, O target, X box, √ box on target, P player, S player on target.
+Rewards: -0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed off a target, +10 when every box is on a target.
+Valid actions: Up, Down, Left, Right."""
+
+
+def _atlas() -> np.ndarray:
+    floor = rendering.blank((190, 180, 160))
+    target = rendering.disc(floor, (200, 40, 40), radius=11, ring=3)
+    box = rendering.square(floor, (170, 110, 40), margin=4, cross=(110, 65, 20))
+    player = rendering.disc(floor, (40, 90, 200), radius=11)
+    return np.stack([
+        rendering.bricks((120, 60, 50), (70, 70, 70)),  # wall
+        floor,
+        target,
+        rendering.square(floor, (60, 160, 60), margin=4, cross=(30, 100, 30)),  # box on target
+        box,
+        player,
+        rendering.disc(target, (40, 90, 200), radius=7),  # player on target
+    ])
+
+
+class SokobanEnv(GridEnv):
+    """Sokoban for LLM agents. See the module docstring for spaces, rewards and arguments."""
+
+    SYMBOLS = "#_O√XPS"
+    ATLAS = _atlas()
+    instructions = INSTRUCTIONS
+
+    def __init__(self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
+                 search_depth: int = 300, observation_format: str = "grid",
+                 observation_type: str = "text", render_mode: str | None = None):
+        rows, cols = _pair("dim_room", dim_room)
+        if rows < 3 or cols < 3 or rows * cols > 400:
+            raise ValueError(f"dim_room must be between (3, 3) and 400 cells, got {dim_room!r}")
+        if not isinstance(num_boxes, int) or not 1 <= num_boxes <= (rows - 2) * (cols - 2) // 3:
+            raise ValueError(
+                f"num_boxes must be an integer from 1 to a third of the room's inner cells, got {num_boxes!r}"
+            )
+        if not isinstance(search_depth, int) or search_depth < 1:
+            raise ValueError(f"search_depth must be a positive integer, got {search_depth!r}")
+        super().__init__((rows, cols), max_steps, observation_format, observation_type, render_mode)
+        self.dim_room = (rows, cols)
+        self.num_boxes = num_boxes
+        self.search_depth = search_depth
+        self._level: Level | None = None
+
+    # -- episode ---------------------------------------------------------------------------------
+    def _new_episode(self, options):
+        if "level" in options:
+            self._level = self._level_from_text(options["level"])
+        else:
+            self._level = generate_level(self.np_random, self.dim_room, self.num_boxes, self.search_depth)
+        self._boxes = set(self._level.boxes)
+        self._player = self._level.player
+        solution = self.solve(max_nodes=RESET_SOLVER_NODES)
+        return {"optimal_solution_length": None if solution is None else len(solution)}
+
+    def _apply(self, action: str):
+        level = self._level
+        dr, dc = DIRECTIONS[action]
+        step = dr * level.cols + dc
+        dest = self._player + step
+        reward = STEP_PENALTY
+        if level.walls.flat[dest]:
+            return reward, False, False
+        if dest in self._boxes:
+            land = dest + step
+            if level.walls.flat[land] or land in self._boxes:
+                return reward, False, False
+            self._boxes.remove(dest)
+            self._boxes.add(land)
+            reward += (land in level.targets) * BOX_ON_REWARD + (dest in level.targets) * BOX_OFF_PENALTY
+        self._player = dest
+        solved = self._is_success()
+        return reward + solved * SOLVED_REWARD, solved, True
+
+    def _is_success(self) -> bool:
+        return self._level is not None and self._boxes <= self._level.targets
+
+    def _level_from_text(self, text: str) -> Level:
+        codes = self.parse_grid(text)
+        rows, cols = codes.shape
+        flat = codes.ravel()
+        walls = codes == WALL
+        if not (walls[0].all() and walls[-1].all() and walls[:, 0].all() and walls[:, -1].all()):
+            raise ValueError("a Sokoban level must be enclosed by walls (#)")
+        players = np.flatnonzero((flat == PLAYER) | (flat == PLAYER_ON_TARGET))
+        targets = np.flatnonzero(np.isin(flat, (TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET)))
+        boxes = np.flatnonzero((flat == BOX) | (flat == BOX_ON_TARGET))
+        if len(players) != 1 or len(boxes) != self.num_boxes or len(targets) != len(boxes):
+            raise ValueError(
+                f"a Sokoban level needs one player and num_boxes={self.num_boxes} boxes and targets; "
+                f"got {len(players)} players, {len(boxes)} boxes, {len(targets)} targets"
+            )
+        return Level(rows, cols, walls, frozenset(targets.tolist()), frozenset(boxes.tolist()), int(players[0]))
+
+    # -- oracle ----------------------------------------------------------------------------------
+    def solve(self, max_nodes: int = 200_000) -> list[str] | None:
+        """Shortest action sequence solving the current position; None if unsolvable or over budget."""
+        level = self._level
+        if level is None:
+            raise RuntimeError("call reset() before solve()")
+        moves = solve(level.walls, level.targets, self._boxes, self._player, max_nodes=max_nodes)
+        return None if moves is None else [ACTION_NAMES[d] for d in moves]
+
+    # -- views -----------------------------------------------------------------------------------
+    def _tile_codes(self) -> np.ndarray:
+        level = self._level
+        codes = np.where(level.walls, WALL, FLOOR).ravel()
+        codes[list(level.targets)] = TARGET
+        for b in self._boxes:
+            codes[b] = BOX_ON_TARGET if b in level.targets else BOX
+        codes[self._player] = PLAYER_ON_TARGET if self._player in level.targets else PLAYER
+        return codes.reshape(level.rows, level.cols)
+
+    def _coord_lines(self) -> list[str]:
+        level = self._level
+
+        def cells(flat):
+            return format_cells(divmod(i, level.cols) for i in sorted(flat))
+
+        inner = level.walls[1:-1, 1:-1]
+        walls = [(r + 1) * level.cols + c + 1 for r, c in zip(*np.nonzero(inner))]
+        return [
+            f"Player: {cells([self._player])}",
+            f"Boxes: {cells(self._boxes)}",
+            f"Targets: {cells(level.targets)}",
+            f"Walls: the outer border, and {cells(walls)}",
+        ]
+
+
+def _pair(name: str, value) -> tuple[int, int]:
+    try:
+        rows, cols = (int(v) for v in value)
+        if (rows, cols) != tuple(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair of integers (rows, cols), got {value!r}") from None
+    return rows, cols

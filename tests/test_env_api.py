@@ -1,0 +1,192 @@
+"""The contract every environment shares: Gymnasium's checker, text actions, info, vector envs."""
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from ragen_envs.grid import OBSERVATION_FORMATS, OBSERVATION_TYPES
+
+INFO_KEYS = {"action_is_valid", "action_is_effective", "success"}
+
+HOSTILE_ACTIONS = [
+    "", " ", "\n", "up down", "upp", "Up!", "<answer>Up</answer>", "U p", "\x00", "上", "🙂" * 10,
+    "Up" * 100_000, "x" * 1_000_000, None, 3, 1.5, b"Up", ["Up"],
+]
+
+
+@pytest.mark.parametrize("observation_format", OBSERVATION_FORMATS)
+@pytest.mark.parametrize("observation_type", OBSERVATION_TYPES)
+def test_check_env_passes(env_id, observation_format, observation_type):
+    env = gym.make(env_id, observation_format=observation_format, observation_type=observation_type)
+    check_env(env.unwrapped, skip_render_check=False)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+
+
+def test_observations_stay_in_space_through_episodes(env_id):
+    env = gym.make(env_id, observation_format="grid_coord", observation_type="both")
+    rng = np.random.default_rng(0)
+    actions = env.unwrapped.valid_actions
+    for episode in range(20):
+        obs, _ = env.reset(seed=episode)
+        for _ in range(30):
+            assert env.observation_space.contains(obs)
+            obs, _, terminated, truncated, _ = env.step(actions[rng.integers(len(actions))])
+            if terminated or truncated:
+                break
+
+
+def test_actions_are_case_insensitive_and_stripped(env_id):
+    for action in ["Up", "up", "UP", "  uP \n", "down", "Left", "RIGHT"]:
+        env = gym.make(env_id)
+        env.reset(seed=1)
+        _, _, _, _, info = env.step(action)
+        assert info["action_is_valid"], action
+
+
+@pytest.mark.parametrize("action", HOSTILE_ACTIONS, ids=lambda a: repr(a)[:20])
+def test_hostile_actions_change_nothing(env_id, action):
+    env = gym.make(env_id, observation_type="both")
+    obs, _ = env.reset(seed=2)
+    new_obs, reward, terminated, truncated, info = env.step(action)
+    assert info["action_is_valid"] is False and info["action_is_effective"] is False
+    assert reward == 0.0 and not terminated
+    assert new_obs["text"] == obs["text"]
+    np.testing.assert_array_equal(new_obs["image"], obs["image"])
+
+
+def test_invalid_actions_count_towards_truncation(env_id):
+    env = gym.make(env_id, max_steps=3)
+    env.reset(seed=0)
+    outcomes = [env.step("jump")[3] for _ in range(3)]
+    assert outcomes == [False, False, True]
+
+
+def test_info_keys_on_reset_and_step(env_id):
+    env = gym.make(env_id)
+    _, info = env.reset(seed=0)
+    assert INFO_KEYS <= info.keys()
+    assert isinstance(info["optimal_solution_length"], int) and info["optimal_solution_length"] >= 1
+    for action in env.unwrapped.valid_actions:
+        _, _, _, _, info = env.step(action)
+        assert INFO_KEYS <= info.keys()
+
+
+def test_agent_facing_description(env_id):
+    env = gym.make(env_id).unwrapped
+    assert env.valid_actions == ["Up", "Down", "Left", "Right"]
+    for word in ["Up", "Down", "Left", "Right", "P"]:
+        assert word in env.instructions
+
+
+def _rollout(env_id, seed, steps=40):
+    env = gym.make(env_id, observation_format="grid_coord")
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    out = [obs]
+    for _ in range(steps):
+        obs, reward, terminated, truncated, _ = env.step(["Up", "Down", "Left", "Right"][rng.integers(4)])
+        out.append(f"{obs}|{reward}|{terminated}|{truncated}")
+        if terminated or truncated:
+            obs, _ = env.reset()
+            out.append(obs)
+    return out
+
+
+def test_same_seed_same_episode_in_another_process(env_id):
+    script = (
+        "import json, sys; sys.path[:0] = ['tests']; import ragen_envs;"
+        f"from test_env_api import _rollout; print(json.dumps([_rollout({env_id!r}, s) for s in (0, 5)]))"
+    )
+    other = json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                                      text=True).stdout)
+    assert other == [_rollout(env_id, s) for s in (0, 5)]
+    assert other[0] != other[1]
+
+
+def test_global_random_state_is_not_used(env_id):
+    import random
+    random.seed(1)
+    np.random.seed(1)
+    first = _rollout(env_id, 9)
+    random.seed(2)
+    np.random.seed(2)
+    assert _rollout(env_id, 9) == first
+
+
+@pytest.mark.parametrize("observation_type", OBSERVATION_TYPES)
+def test_make_vec_sync_and_async_agree(env_id, observation_type):
+    # Async uses Gymnasium's defaults, shared memory included: stale Text batches are our fix to prove.
+    vecs = [gym.make_vec(env_id, num_envs=3, vectorization_mode=mode, observation_type=observation_type)
+            for mode in ("sync", "async")]
+    try:
+        steps = [[], []]
+        for out, vec in zip(steps, vecs):
+            obs, _ = vec.reset(seed=11)
+            out.append(obs)
+            for t in range(12):
+                obs, reward, term, trunc, _ = vec.step(("Up", "Left", "Down") if t % 2 else ("Right",) * 3)
+                out.append((obs, reward.tolist(), term.tolist(), trunc.tolist()))
+        _assert_same(steps[0], steps[1])
+    finally:
+        for vec in vecs:
+            vec.close()
+
+
+def _assert_same(a, b):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _assert_same(a[key], b[key])
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b)
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    else:
+        assert a == b
+
+
+def test_async_without_copy_returns_current_strings(env_id):
+    vec = gym.make_vec(env_id, num_envs=2, vectorization_mode="async", vector_kwargs={"copy": False})
+    sync = gym.make_vec(env_id, num_envs=2, vectorization_mode="sync")
+    try:
+        assert tuple(vec.reset(seed=4)[0]) == tuple(sync.reset(seed=4)[0])
+        for _ in range(5):
+            assert tuple(vec.step(("Down", "Right"))[0]) == tuple(sync.step(("Down", "Right"))[0])
+    finally:
+        vec.close()
+        sync.close()
+
+
+def test_render_modes(env_id):
+    ansi = gym.make(env_id, render_mode="ansi")
+    obs, _ = ansi.reset(seed=0)
+    assert ansi.render() == obs
+    rgb = gym.make(env_id, render_mode="rgb_array", observation_type="both")
+    obs, _ = rgb.reset(seed=0)
+    frame = rgb.render()
+    assert frame.dtype == np.uint8 and frame.shape == obs["image"].shape
+    np.testing.assert_array_equal(frame, obs["image"])
+    human = gym.make(env_id, render_mode="human")
+    human.reset(seed=0)
+    human.step("Up")
+    assert human.render() is None
+    human.close()
+
+
+def test_images_differ_between_tiles(env_id):
+    env = gym.make(env_id, observation_type="image")
+    before, _ = env.reset(seed=0)
+    for action in env.unwrapped.valid_actions:
+        after, _, terminated, _, info = env.step(action)
+        if info["action_is_effective"]:
+            assert not np.array_equal(before, after)
+            return
+    pytest.fail("no action moved the player")

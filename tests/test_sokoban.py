@@ -1,0 +1,177 @@
+from collections import Counter, deque
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from ragen_envs.grid import DIRECTIONS
+from ragen_envs.sokoban import SokobanEnv
+from ragen_envs.sokoban.generator import generate_level
+from ragen_envs.sokoban.solver import solve
+
+LEVEL = """\
+#######
+#P_X_O#
+#__X_O#
+#_____#
+#######"""
+
+
+def make(**kwargs):
+    return gym.make("Ragen/Sokoban-v0", dim_room=(5, 7), num_boxes=2, **kwargs)
+
+
+def test_given_level_renders_back_exactly():
+    env = make()
+    obs, info = env.reset(options={"level": LEVEL})
+    assert obs == LEVEL
+    # Box (1,3): Right x3 (walk, push, push); walk Left, Left, Down to (2,2); push box (2,3) Right x2.
+    # Doing the lower box first costs 9; nothing is shorter than 8.
+    assert info["optimal_solution_length"] == 8
+
+
+def test_rewards_by_hand():
+    env = make()
+    env.reset(options={"level": LEVEL})
+    # Walking right: player to (1,2), box ahead at (1,3).
+    obs, reward, terminated, _, info = env.step("Right")
+    assert reward == pytest.approx(-0.1) and info["action_is_effective"] and not terminated
+    # Push the box (1,3) -> (1,4): floor, no bonus.
+    _, reward, _, _, _ = env.step("Right")
+    assert reward == pytest.approx(-0.1)
+    # Push it onto the target (1,5): +1.
+    obs, reward, _, _, _ = env.step("Right")
+    assert reward == pytest.approx(0.9)
+    assert obs.splitlines()[1] == "#___P√#"
+    # Pushing into the wall behind the box does nothing but costs the step.
+    obs2, reward, _, _, info = env.step("Right")
+    assert obs2 == obs and reward == pytest.approx(-0.1) and not info["action_is_effective"]
+    # Pushing a box off its target: -0.1 - 1.
+    env.reset(options={"level": "#######\n#__P√_#\n#_____#\n#_X__O#\n#######"})
+    _, reward, _, _, _ = env.step("Right")  # pushes the box off its target onto floor
+    assert reward == pytest.approx(-1.1)
+
+
+def test_solved_gives_ten_and_terminates():
+    env = make()
+    env.reset(options={"level": "#######\n#__PX√#\n#O____#\n#_____#\n#######"})
+    _, reward, terminated, truncated, info = env.step("Left")
+    assert reward == pytest.approx(-0.1) and not terminated
+    env.reset(options={"level": "#######\n#_PXO√#\n#_____#\n#_____#\n#######"})
+    _, reward, terminated, truncated, info = env.step("Right")
+    assert reward == pytest.approx(-0.1 + 1 + 10)
+    assert terminated and not truncated and info["success"]
+
+
+def test_malformed_levels_are_rejected():
+    env = make()
+    with pytest.raises(ValueError, match="enclosed"):
+        env.reset(options={"level": "_______\n#P_X_O#\n#__X_O#\n#_____#\n#######"})
+    with pytest.raises(ValueError, match="symbols"):
+        env.reset(options={"level": LEVEL.replace("_", "?", 1)})
+    with pytest.raises(ValueError, match="boxes"):
+        env.reset(options={"level": LEVEL.replace("X", "_", 1)})
+    with pytest.raises(ValueError, match="board is"):
+        env.reset(options={"level": "###\n#P#\n###"})
+
+
+def _bfs_length(level):
+    """Reference: plain breadth-first search over (player, boxes) states."""
+    cols = level.cols
+    floor = ~level.walls.ravel()
+    start = (level.player, frozenset(level.boxes))
+    seen = {start}
+    queue = deque([(start, 0)])
+    while queue:
+        (player, boxes), depth = queue.popleft()
+        if boxes <= level.targets:
+            return depth
+        for dr, dc in DIRECTIONS.values():
+            step = dr * cols + dc
+            nxt = player + step
+            if not floor[nxt]:
+                continue
+            nboxes = boxes
+            if nxt in boxes:
+                if not floor[nxt + step] or nxt + step in boxes:
+                    continue
+                nboxes = boxes - {nxt} | {nxt + step}
+            state = (nxt, nboxes)
+            if state not in seen:
+                seen.add(state)
+                queue.append((state, depth + 1))
+    return None
+
+
+@pytest.mark.parametrize("dim_room, num_boxes", [((6, 6), 1), ((6, 7), 2)])
+def test_solver_is_optimal_against_breadth_first_search(dim_room, num_boxes):
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        level = generate_level(rng, dim_room, num_boxes, search_depth=100)
+        moves = solve(level.walls, level.targets, level.boxes, level.player)
+        assert moves is not None and len(moves) == _bfs_length(level)
+
+
+def test_solver_reports_unsolvable():
+    env = make()
+    # The box in the corner can never reach its target.
+    env.reset(options={"level": "#######\n#X___O#\n#P__X_#\n#____O#\n#######"})
+    assert env.unwrapped.solve() is None
+
+
+@pytest.mark.parametrize("dim_room, num_boxes, count", [((6, 6), 1, 300), ((8, 8), 2, 100),
+                                                        ((10, 10), 3, 40)])
+def test_generated_levels_are_solvable_and_never_start_solved(dim_room, num_boxes, count):
+    env = gym.make("Ragen/Sokoban-v0", dim_room=dim_room, num_boxes=num_boxes)
+    lengths = Counter()
+    for seed in range(count):
+        obs, info = env.reset(seed=seed)
+        assert "X" in obs, "a level must not start solved"
+        moves = env.unwrapped.solve()
+        assert moves, f"seed {seed}: unsolvable level\n{obs}"
+        if info["optimal_solution_length"] is not None:
+            assert info["optimal_solution_length"] == len(moves)
+        for i, action in enumerate(moves):
+            _, _, terminated, _, info = env.step(action)
+            assert terminated == (i == len(moves) - 1)
+        assert info["success"]
+        lengths[len(moves)] += 1
+    assert len(lengths) > 3  # levels vary in difficulty
+
+
+def test_truncation_at_max_steps():
+    env = gym.make("Ragen/Sokoban-v0", max_steps=5)
+    env.reset(options={"level": "######\n#P___#\n#____#\n#_X__#\n#O___#\n######"})
+    flags = [env.step(a)[2:4] for a in ["Right", "Left", "Right", "Left", "Right"]]
+    assert flags == [(False, False)] * 4 + [(False, True)]
+
+
+def test_coord_format_lists_every_object():
+    env = make(observation_format="coord")
+    obs, _ = env.reset(options={"level": LEVEL})
+    assert "Board size: 5 rows x 7 columns" in obs
+    assert "Player: (1, 1)" in obs
+    assert "Boxes: (1, 3), (2, 3)" in obs
+    assert "Targets: (1, 5), (2, 5)" in obs
+    both = make(observation_format="grid_coord").reset(options={"level": LEVEL})[0]
+    assert both.startswith(LEVEL + "\n") and both.endswith(obs)
+
+
+def test_player_on_target_symbol():
+    env = make()
+    obs, _ = env.reset(options={"level": "#######\n#__SX_#\n#__X_O#\n#_____#\n#######"})
+    assert obs.splitlines()[1] == "#__SX_#"
+    obs, *_ = env.step("Left")
+    assert obs.splitlines()[1] == "#_POX_#"
+
+
+def test_solver_unsolvable_level_has_none_length():
+    env = gym.make("Ragen/Sokoban-v0", dim_room=(5, 7), num_boxes=1)
+    _, info = env.reset(options={"level": "#######\n#X___O#\n#__P__#\n#_____#\n#######"})
+    assert info["optimal_solution_length"] is None
+
+
+def test_class_is_usable_without_gymnasium_make():
+    env = SokobanEnv()
+    obs, _ = env.reset(seed=0)
+    assert len(obs.splitlines()) == 6
