@@ -79,7 +79,8 @@ def timings(fn, count):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer samples")
     args = parser.parse_args()
     seconds = 0.5 if args.quick else 2.0
@@ -88,7 +89,8 @@ def main() -> None:
     print("== reset and step rates (per second, one process) ==")
     baseline = rates(lambda: gym.make("FrozenLake-v1", is_slippery=False), [0, 1, 2, 3, 3, 0], seconds)
     print(f"{'env':44s} {'reset/s':>10s} {'step/s':>10s} {'step vs FrozenLake-v1':>22s}")
-    print(f"{'FrozenLake-v1 (Gymnasium, baseline)':44s} {baseline[0]:10.0f} {baseline[1]:10.0f} {'1.00x':>22s}")
+    label = "FrozenLake-v1 (Gymnasium, baseline)"
+    print(f"{label:44s} {baseline[0]:10.0f} {baseline[1]:10.0f} {'1.00x':>22s}")
     for env_id in ("Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"):
         for obs_type in ("text", "image", "both"):
             r = rates(lambda: gym.make(env_id, observation_type=obs_type), moves, seconds)

@@ -35,6 +35,7 @@ def test_unknown_kwarg_is_rejected_by_name(env_id):
         gym.make(env_id, no_such_argument=1)
 
 
+@pytest.mark.filterwarnings("ignore:.*render_mode")
 @pytest.mark.parametrize("env_id, kwargs, match", [
     ("Ragen/Sokoban-v0", {"dim_room": (2, 9)}, "dim_room"),
     ("Ragen/Sokoban-v0", {"dim_room": "6x6"}, "dim_room"),

@@ -207,7 +207,8 @@ class FrozenLakeEnv(GridEnv):
     def _tile_codes(self) -> np.ndarray:
         codes = np.where(self._holes, HOLE, FROZEN)
         codes[self._goal] = GOAL
-        codes[self._player] = {FROZEN: PLAYER, HOLE: PLAYER_IN_HOLE, GOAL: PLAYER_ON_GOAL}[codes[self._player]]
+        on = {FROZEN: PLAYER, HOLE: PLAYER_IN_HOLE, GOAL: PLAYER_ON_GOAL}
+        codes[self._player] = on[codes[self._player]]
         return codes
 
     def _coord_lines(self) -> list[str]:

@@ -62,11 +62,12 @@ BOX_ON_REWARD = 1.0
 BOX_OFF_PENALTY = -1.0
 SOLVED_REWARD = 10.0
 
-INSTRUCTIONS = """You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.
+INSTRUCTIONS = """You are solving the Sokoban puzzle. You are the player; push all boxes onto targets.
 When you are right next to a box, you can push it by moving in the same direction.
 You cannot push a box through a wall, and you cannot pull a box.
 Symbols: # wall, _ floor, O target, X box, √ box on target, P player, S player on target.
-Rewards: -0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed off a target, +10 when every box is on a target.
+Rewards: -0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed off a target,
++10 when every box is on a target.
 Valid actions: Up, Down, Left, Right."""
 
 
@@ -159,7 +160,8 @@ class SokobanEnv(GridEnv):
                 f"a Sokoban level needs one player and num_boxes={self.num_boxes} boxes and targets; "
                 f"got {len(players)} players, {len(boxes)} boxes, {len(targets)} targets"
             )
-        return Level(rows, cols, walls, frozenset(targets.tolist()), frozenset(boxes.tolist()), int(players[0]))
+        return Level(rows, cols, walls, frozenset(targets.tolist()), frozenset(boxes.tolist()),
+                     int(players[0]))
 
     # -- oracle ----------------------------------------------------------------------------------
     def solve(self, max_nodes: int = 200_000) -> list[str] | None:
