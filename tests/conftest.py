@@ -14,3 +14,66 @@ ENV_IDS = ["Ragen/Sokoban-v0", "Ragen/FrozenLake-v0"]
 @pytest.fixture(params=ENV_IDS)
 def env_id(request):
     return request.param
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The default model's real tokenizer (chat template included), from the converted cache."""
+    from transformers import AutoTokenizer
+
+    from ragen_envs.agent.models import default_model_path
+
+    return AutoTokenizer.from_pretrained(default_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tokenizer):
+    """A randomly initialised 2-layer Llama with the real vocabulary: fast, fp32, deterministic."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture
+def tiny_policy(tiny_model, tokenizer):
+    from ragen_envs.agent.backends.transformers import TransformersPolicy
+
+    return TransformersPolicy(tiny_model, tokenizer, device="cpu", batch_size=8)
+
+
+class ScriptedPolicy:
+    """A policy that replies with the given texts in turn (per call, per prompt): a test double with
+    the real tokenizer, so the rollout machinery runs exactly as with a model."""
+
+    def __init__(self, tokenizer, replies, max_context=4096):
+        from ragen_envs.agent.backends.base import Policy
+
+        self.tokenizer = tokenizer
+        self.replies = list(replies)
+        self.max_context = max_context
+        self.calls = []
+        self.encode_chat = lambda messages: Policy.encode_chat(self, messages)
+        self.prompt_ids = lambda prompt: Policy.prompt_ids(self, prompt)
+
+    def generate(self, prompts, sampling):
+        from ragen_envs.agent.backends.base import Generation
+
+        self.calls.append([list(p) for p in prompts])
+        out = []
+        for i, prompt in enumerate(prompts):
+            text = self.replies[(len(self.calls) - 1 + i) % len(self.replies)]
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
+            out.append(Generation(text=text, prompt_ids=self.prompt_ids(prompt), token_ids=ids,
+                                  logprobs=[-1.0] * len(ids), finish_reason="stop"))
+        return out
+
+
+@pytest.fixture
+def scripted(tokenizer):
+    return lambda replies, **kw: ScriptedPolicy(tokenizer, replies, **kw)

@@ -1,0 +1,95 @@
+"""Rollout throughput: the grouped runner against a naive one-env-at-a-time loop, same model.
+
+Prints generated tokens/s and env steps/s for:
+- naive: each episode played alone, one ``generate`` call per turn (batch of 1);
+- grouped: ``RolloutRunner``, all unfinished episodes of a turn in one ``generate`` call;
+and the same grouped run on vLLM when it is installed (``make test-vllm`` builds .venv-vllm;
+run this script with that venv's python, LD_PRELOAD set as in the Makefile).
+
+    python benchmarks/rollout_throughput.py [--groups 2 --group-size 4 --max-turns 2 --max-new-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+
+from ragen_envs.agent import ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig
+from ragen_envs.agent import chat_encoding
+
+ENV = "Ragen/Sokoban-v0"
+
+
+def naive(policy, config: RolloutConfig) -> tuple[int, int, float]:
+    """Play the same P x G episodes one by one; return (generated tokens, env steps, seconds)."""
+    chat_config = ChatEnvConfig(max_actions_per_turn=config.max_actions_per_turn, max_turns=config.max_turns)
+    tokens = steps = 0
+    start = time.perf_counter()
+    for group in range(config.n_groups):
+        for sample in range(config.group_size):
+            env = ChatEnv(ENV, chat_config)
+            prompt = policy.encode_chat(env.reset(seed=config.seed + group))
+            for turn in range(config.max_turns):
+                sampling = SamplingConfig(**{**config.sampling.__dict__, "seed": group * 1000 + sample * 10 + turn})
+                gen = policy.generate([prompt], sampling)[0]
+                record = env.step(gen.text)
+                tokens += len(gen.token_ids)
+                steps += record.env_steps
+                if env.done:
+                    break
+                prompt = chat_encoding.extend(policy.tokenizer, prompt, gen.token_ids, env.messages)
+    return tokens, steps, time.perf_counter() - start
+
+
+def grouped(policy, config: RolloutConfig) -> tuple[int, int, float]:
+    start = time.perf_counter()
+    trajs = RolloutRunner(ENV, policy, config).collect()
+    seconds = time.perf_counter() - start
+    tokens = sum(len(t.response_ids) for traj in trajs for t in traj.turns)
+    runner_steps = sum(len(t.actions) for traj in trajs for t in traj.turns)
+    return tokens, runner_steps, seconds
+
+
+def row(name: str, result, baseline=None) -> None:
+    tokens, steps, seconds = result
+    line = f"{name:34s} {tokens:8d} {steps:8d} {seconds:9.1f} {tokens / seconds:10.1f} {steps / seconds:10.2f}"
+    if baseline:
+        line += f" {tokens / seconds / (baseline[0] / baseline[2]):9.2f}x"
+    print(line, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
+    args = parser.parse_args()
+    config = RolloutConfig(n_groups=args.groups, group_size=args.group_size, max_turns=args.max_turns,
+                           sampling=SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0))
+
+    from ragen_envs.agent.backends.transformers import TransformersPolicy
+
+    policy = TransformersPolicy(args.model)
+    policy.generate([[{"role": "user", "content": "warm up"}]], SamplingConfig(max_new_tokens=2))
+    print(f"{ENV}: {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
+          f"{args.max_new_tokens} new tokens per turn")
+    print(f"{'run':34s} {'tokens':>8s} {'steps':>8s} {'seconds':>9s} {'tokens/s':>10s} {'steps/s':>10s} "
+          f"{'vs naive':>10s}")
+    base = naive(policy, config)
+    row("naive loop, transformers", base)
+    row("grouped runner, transformers", grouped(policy, config), base)
+    if importlib.util.find_spec("vllm") is not None:
+        from ragen_envs.agent.backends.vllm import VLLMPolicy
+
+        fast = VLLMPolicy(args.model, max_model_len=4096)
+        fast.generate([[{"role": "user", "content": "warm up"}]], SamplingConfig(max_new_tokens=2))
+        row("grouped runner, vLLM", grouped(fast, config), base)
+    else:
+        print("(vLLM not installed: no vLLM row)")
+
+
+if __name__ == "__main__":
+    main()

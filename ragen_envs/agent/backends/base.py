@@ -1,0 +1,78 @@
+"""The policy interface every backend implements, and what it returns.
+
+``generate(prompts, sampling)`` takes chat message lists (encoded with the backend's chat template)
+or token-id lists (used as they are: the rollout runner builds multi-turn prompts in token space,
+see ``ragen_envs.agent.chat_encoding``) and returns one ``Generation`` per prompt.
+``score(prompt_ids, continuations)`` teacher-forces each continuation after the shared prompt and
+returns per-token log-probabilities; the prompt's prefix is computed once for all continuations.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+Message = dict[str, str]
+Prompt = list[Message] | list[int]
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus sampling mass (1 = off)
+    top_k: int = 0  # keep the k most likely tokens (0 = off)
+    max_new_tokens: int = 256  # per turn
+    stop: list[str] = field(default_factory=lambda: ["</answer>"])  # kept in the output text
+    seed: int | None = None  # sampling seed; each prompt of a batch draws its own stream from it
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Generation:
+    text: str  # the reply, special tokens removed, stop string kept
+    prompt_ids: list[int]
+    token_ids: list[int]  # generated ids, the end-of-turn token included when one was generated
+    # log p(token) under the model at the sampling temperature (1 when greedy), before top-k/top-p:
+    # what a trainer's teacher forcing at that temperature reproduces.
+    logprobs: list[float]
+    finish_reason: str  # "stop" (end-of-turn token or stop string) or "length"
+
+
+class Policy(ABC):
+    """A language model that writes replies and scores continuations."""
+
+    #: a Hugging Face tokenizer with a chat template
+    tokenizer: Any
+    #: the model's context window in tokens
+    max_context: int
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
+        ...
+
+    @abstractmethod
+    def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
+        ...
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        """Token ids of a conversation, ending with the assistant's generation prompt."""
+        from ragen_envs.agent.chat_encoding import encode_chat
+
+        return encode_chat(self.tokenizer, messages)
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        if prompt and isinstance(prompt[0], dict):
+            return self.encode_chat(prompt)
+        return [int(t) for t in prompt]

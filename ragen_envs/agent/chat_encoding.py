@@ -1,0 +1,50 @@
+"""Multi-turn prompts in token space.
+
+Each turn the model sees its previous context, the tokens it generated itself, and the new
+environment message. Re-tokenising the whole conversation as text would not reproduce the sampled
+tokens (a reply can be sampled as a tokenisation the tokenizer would not choose), so the training
+prompt would differ from the one the model saw. Instead ``extend`` appends to the previous prompt:
+the generated ids as they were, then only the template text that follows the assistant's reply.
+"""
+
+from __future__ import annotations
+
+from ragen_envs.agent.backends.base import Message
+
+_MARK = "\uE000ragen-reply\uE000"  # a private-use marker that no template or model writes
+
+
+def render(tokenizer, messages: list[Message], add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def tokenize(tokenizer, text: str) -> list[int]:
+    # The chat template already wrote any special tokens (BOS included) as text.
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_chat(tokenizer, messages: list[Message]) -> list[int]:
+    """The conversation rendered by the chat template, ending with the generation prompt."""
+    return tokenize(tokenizer, render(tokenizer, messages, add_generation_prompt=True))
+
+
+def extend(tokenizer, prompt_ids: list[int], reply_ids: list[int], messages: list[Message]) -> list[int]:
+    """Next prompt: ``prompt_ids + reply_ids + (template text after the reply)``.
+
+    ``messages`` is the conversation so far: it ends with the assistant's reply (``messages[-2]``)
+    and the new user message (``messages[-1]``).
+    """
+    if len(messages) < 2 or messages[-2]["role"] != "assistant":
+        raise ValueError("extend() needs messages ending with an assistant reply and a user message")
+    marked = [*messages[:-2], {"role": "assistant", "content": _MARK}, messages[-1]]
+    text = render(tokenizer, marked, add_generation_prompt=True)
+    if text.count(_MARK) != 1:
+        raise ValueError("the chat template does not render assistant replies verbatim")
+    after = text.split(_MARK)[1]
+    # The reply may already hold the template's end-of-turn text (an EOS token it generated).
+    reply = messages[-2]["content"]
+    generated = tokenizer.decode(reply_ids, skip_special_tokens=False)
+    extra = generated[len(reply):] if generated.startswith(reply) else ""
+    if extra and after.startswith(extra):
+        after = after[len(extra):]
+    return [*prompt_ids, *reply_ids, *tokenize(tokenizer, after)]

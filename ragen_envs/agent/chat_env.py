@@ -1,0 +1,137 @@
+"""An environment as a chat: prompts in, model replies out.
+
+``ChatEnv`` wraps any registered env. ``reset`` gives the opening messages (system: instructions,
+symbols, valid actions, answer format; user: turn 1 and the state). ``step(reply)`` parses the
+reply, plays up to ``max_actions_per_turn`` actions (stopping at episode end), and appends the
+assistant reply and the next user message (reward, state, actions left) to ``messages``.
+A reply without a valid action does not step the env: it costs ``format_penalty`` and the next
+message says why. Every turn is recorded with its reasoning, actions and reward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+import ragen_envs  # noqa: F401  (registers the envs)
+from ragen_envs.agent import prompts
+from ragen_envs.agent.parsing import parse_response
+
+
+@dataclass
+class TurnRecord:
+    response: str  # the model's reply, as generated
+    reasoning: str | None  # the text inside <think>...</think>
+    actions: list[str]  # actions played this turn (valid ones, in order)
+    invalid_actions: list[str]  # parsed but rejected by the env
+    format_ok: bool
+    reward: float  # env rewards of the played actions, plus the format penalty if any
+    env_steps: int
+
+
+@dataclass
+class ChatEnvConfig:
+    max_actions_per_turn: int = 2  # actions one reply may hold (the paper's runs use 2)
+    enable_think: bool = True  # ask for <think>...</think> before <answer>
+    format_penalty: float = -0.1  # added when a reply holds no valid action
+    max_turns: int = 5  # turns before the episode is cut (truncated)
+
+    def __post_init__(self):
+        if self.max_actions_per_turn < 1:
+            raise ValueError(f"max_actions_per_turn must be >= 1, got {self.max_actions_per_turn}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+
+
+class ChatEnv:
+    """Wraps ``env`` (an env id or a Gymnasium env with text observations) as a chat."""
+
+    def __init__(self, env: str | gym.Env, config: ChatEnvConfig | None = None, **env_kwargs):
+        self.env = gym.make(env, **env_kwargs) if isinstance(env, str) else env
+        self.env_id = env if isinstance(env, str) else getattr(self.env.spec, "id", type(env).__name__)
+        self.config = config or ChatEnvConfig()
+        base = self.env.unwrapped
+        self.instructions = getattr(base, "instructions", "")
+        self.valid_actions = getattr(base, "valid_actions", None)
+        self.messages: list[dict[str, str]] = []
+        self.turns: list[TurnRecord] = []
+        self.done = False
+        self.success = False
+        self.episode_return = 0.0
+
+    # -- episode ---------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> list[dict[str, str]]:
+        obs, info = self.env.reset(seed=seed)
+        self.turns, self.done, self.success, self.episode_return = [], False, False, 0.0
+        self.reset_info = info
+        c = self.config
+        self.messages = [
+            {"role": "system", "content": prompts.system_prompt(
+                self.instructions, self.valid_actions, c.max_actions_per_turn, c.enable_think)},
+            {"role": "user", "content": self._turn_message(obs, feedback="")},
+        ]
+        return self.messages
+
+    def step(self, response: str) -> TurnRecord:
+        """Play one model reply; return the turn's record. ``messages`` gains the reply and, unless
+        the episode ended, the next user message."""
+        if self.done:
+            raise RuntimeError("the episode is over: call reset()")
+        c = self.config
+        parsed = parse_response(response, c.max_actions_per_turn, c.enable_think)
+        played, rejected, reward, steps = [], [], 0.0, 0
+        obs = None
+        for action in parsed.actions:
+            if not self._is_valid(action):
+                rejected.append(action)
+                continue
+            obs, r, terminated, truncated, info = self.env.step(action)
+            played.append(action)
+            reward += float(r)
+            steps += 1
+            self.success = bool(info.get("success", False))
+            if terminated or truncated:
+                self.done = True
+                break
+        if not played:
+            reward += c.format_penalty
+            why = ("no <think>...</think> <answer>...</answer> found" if c.enable_think
+                   else "no <answer>...</answer> found")
+            if parsed.actions:
+                why = f"no valid action among {', '.join(map(repr, parsed.actions))}"
+            elif parsed.format_ok is False and (parsed.reasoning is not None or not c.enable_think):
+                why = "the answer held no action"
+            feedback = prompts.FEEDBACK_INVALID.format(why=why, penalty=c.format_penalty)
+        else:
+            feedback = prompts.FEEDBACK_REWARD.format(reward=reward)
+            if rejected:
+                feedback += prompts.FEEDBACK_SOME_INVALID.format(actions=", ".join(map(repr, rejected)))
+        record = TurnRecord(response=response, reasoning=parsed.reasoning, actions=played,
+                            invalid_actions=rejected, format_ok=parsed.format_ok, reward=reward, env_steps=steps)
+        self.turns.append(record)
+        self.episode_return += reward
+        self.messages.append({"role": "assistant", "content": response})
+        if len(self.turns) >= c.max_turns:
+            self.done = True
+        if not self.done:
+            if obs is None:  # nothing was played: show the unchanged state again
+                obs = self._last_observation
+            self.messages.append({"role": "user", "content": self._turn_message(obs, feedback)})
+        return record
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _is_valid(self, action: str) -> bool:
+        parse = getattr(self.env.unwrapped, "parse_action", None)
+        return parse is None or parse(action) is not None
+
+    def _turn_message(self, obs: Any, feedback: str) -> str:
+        self._last_observation = obs
+        text = obs["text"] if isinstance(obs, dict) else str(obs)
+        c = self.config
+        actions_left = (c.max_turns - len(self.turns)) * c.max_actions_per_turn
+        return prompts.turn_prompt(len(self.turns) + 1, text, actions_left, c.enable_think, feedback)
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,162 @@
+"""Grouped multi-turn rollouts: P prompt groups x G samples, batched across envs each turn.
+
+The G envs of a group are reset with the same seed (one initial state); groups get different
+seeds, and the seeds advance between calls so training never sees a batch twice. Each turn the
+prompts of all unfinished episodes go to the policy in one ``generate`` call; finished episodes
+drop out. Envs step in a thread pool when ``env_workers > 1`` (slow envs: code execution, search).
+
+Prompts are kept in token space (``chat_encoding.extend``): turn t+1's prompt is turn t's prompt,
+the tokens the model generated, and the new environment message, so a trainer that replays the
+stored ``prompt_ids`` sees exactly what the model saw.
+
+Context cap: when a prompt would exceed ``max_prompt_tokens``, the oldest complete turns (a user
+message with the assistant reply after it) are dropped, the system message and the latest user
+message always kept, and the prompt is re-encoded from text (``Turn.messages_dropped`` says how
+many messages were left out). If even system + latest message do not fit, the episode ends there
+with ``Trajectory.context_overflow``. Nothing is cut mid-message or mid-token.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from ragen_envs.agent import chat_encoding
+from ragen_envs.agent.backends.base import Policy, SamplingConfig
+from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
+
+
+@dataclass
+class RolloutConfig:
+    n_groups: int = 8  # P: prompt groups per batch (ignored when envs is a dict of counts)
+    group_size: int = 4  # G: samples per group, all from the same initial state
+    max_turns: int = 5  # model replies per episode at most
+    max_actions_per_turn: int = 2  # actions one reply may hold
+    enable_think: bool = True  # ask for <think>...</think> before <answer>
+    format_penalty: float = -0.1  # reward added to a reply without a valid action
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_prompt_tokens: int | None = None  # default: the model's context minus max_new_tokens
+    env_workers: int = 1  # threads stepping envs (1: in the calling thread)
+    seed: int = 0  # first env seed; later calls continue from where the last one stopped
+    env_kwargs: dict[str, dict] = field(default_factory=dict)  # env id -> keyword arguments
+
+    def __post_init__(self):
+        for name in ("n_groups", "group_size", "max_turns", "env_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class RolloutRunner:
+    """Collects grouped rollouts of ``envs`` (an env id, or a dict env id -> number of groups)."""
+
+    def __init__(self, envs: str | dict[str, int], policy: Policy, config: RolloutConfig | None = None):
+        self.config = config or RolloutConfig()
+        self.policy = policy
+        mix = {envs: self.config.n_groups} if isinstance(envs, str) else dict(envs)
+        if not mix or any(n < 1 for n in mix.values()):
+            raise ValueError(f"envs must be an env id or a dict of env id -> groups >= 1, got {envs!r}")
+        self.group_envs = [env_id for env_id, n in mix.items() for _ in range(n)]
+        self.next_seed = self.config.seed
+        self.calls = 0
+        c = self.config
+        self.chat_config = ChatEnvConfig(max_actions_per_turn=c.max_actions_per_turn,
+                                         enable_think=c.enable_think, format_penalty=c.format_penalty,
+                                         max_turns=c.max_turns)
+        self._envs: list[ChatEnv] | None = None
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        c = self.config
+        if c.max_prompt_tokens is not None:
+            return c.max_prompt_tokens
+        return self.policy.max_context - c.sampling.max_new_tokens
+
+    def _make_envs(self) -> list[ChatEnv]:
+        if self._envs is None:  # built once, reset every call
+            g = self.config.group_size
+            self._envs = [ChatEnv(env_id, self.chat_config, **self.config.env_kwargs.get(env_id, {}))
+                          for env_id in self.group_envs for _ in range(g)]
+        return self._envs
+
+    def collect(self, progress: Callable[[int, int], None] | None = None) -> list[Trajectory]:
+        """One batch: P x G trajectories, ordered by group. ``progress(turn, active)`` is called
+        before each turn's generation."""
+        c, policy, tok = self.config, self.policy, self.policy.tokenizer
+        envs = self._make_envs()
+        g = c.group_size
+        seeds = [self.next_seed + i for i in range(len(self.group_envs))]
+        trajectories = []
+        for i, env in enumerate(envs):
+            group = i // g
+            messages = env.reset(seed=seeds[group])
+            trajectories.append(Trajectory(env_id=env.env_id, group=group, seed=seeds[group], messages=messages))
+        prompts: list[list[int] | None] = [None] * len(envs)
+        dropped = [0] * len(envs)
+        active = list(range(len(envs)))
+        pool = ThreadPoolExecutor(c.env_workers) if c.env_workers > 1 else None
+        try:
+            for turn in range(c.max_turns):
+                active = [i for i in active if not envs[i].done and not self._fit(i, envs, prompts, dropped,
+                                                                                  trajectories)]
+                if not active:
+                    break
+                if progress:
+                    progress(turn, len(active))
+                sampling = replace(c.sampling, seed=self._sampling_seed(turn))
+                generations = policy.generate([prompts[i] for i in active], sampling)
+                replies = [gen.text for gen in generations]
+                step = (lambda pair: envs[pair[0]].step(pair[1]))
+                records = list(pool.map(step, zip(active, replies)) if pool else map(step, zip(active, replies)))
+                for i, gen, record in zip(active, generations, records):
+                    start, end = think_span(tok, gen.token_ids) if c.enable_think else (None, None)
+                    trajectories[i].turns.append(Turn(
+                        prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
+                        response=gen.text, reasoning=record.reasoning, actions=record.actions,
+                        reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
+                        think_start=start, think_end=end, messages_dropped=dropped[i]))
+                    if not envs[i].done:
+                        prompts[i] = chat_encoding.extend(tok, prompts[i], gen.token_ids, envs[i].messages)
+                active = [i for i in active if not envs[i].done]
+        finally:
+            if pool:
+                pool.shutdown()
+        for traj, env in zip(trajectories, envs):
+            traj.messages = list(env.messages)
+            traj.episode_return = env.episode_return
+            traj.success = env.success
+        self.next_seed += len(self.group_envs)
+        self.calls += 1
+        return trajectories
+
+    def _fit(self, i: int, envs, prompts, dropped, trajectories) -> bool:
+        """Make env i's prompt fit the context (see the module docstring). True: it cannot, and the
+        episode was ended."""
+        limit = self.max_prompt_tokens
+        messages = envs[i].messages
+        if prompts[i] is None:
+            prompts[i] = self.policy.encode_chat(messages)
+        if len(prompts[i]) <= limit:
+            return False
+        for k in range(2, len(messages) - 1, 2):  # drop (user, assistant) pairs after the system message
+            kept = [messages[0], *messages[1 + k:]]
+            ids = self.policy.encode_chat(kept)
+            if len(ids) <= limit:
+                prompts[i], dropped[i] = ids, k
+                return False
+        envs[i].done = True
+        trajectories[i].context_overflow = True
+        return True
+
+    def _sampling_seed(self, turn: int) -> int | None:
+        if self.config.sampling.seed is None and self.config.seed is None:
+            return None
+        base = self.config.sampling.seed if self.config.sampling.seed is not None else self.config.seed
+        return int(np.random.SeedSequence([base, self.calls, turn]).generate_state(1)[0])
+
+    def close(self) -> None:
+        for env in self._envs or []:
+            env.close()

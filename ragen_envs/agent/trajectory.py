@@ -1,0 +1,117 @@
+"""Rollout records: one ``Trajectory`` per episode, one ``Turn`` per model reply; JSONL in and out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterable
+
+from ragen_envs.agent.parsing import THINK_CLOSE, THINK_OPEN
+
+
+@dataclass
+class Turn:
+    prompt_ids: list[int]  # exactly the tokens the model was given
+    response_ids: list[int]  # the tokens it generated
+    logprobs: list[float]  # sampling log-probability of each generated token
+    response: str  # the reply text
+    reasoning: str | None  # text inside <think>...</think>, None if absent
+    actions: list[str]  # actions played
+    reward: float  # env rewards of the turn plus any format penalty
+    format_ok: bool
+    finish_reason: str  # "stop" or "length"
+    # response_ids[think_start:think_end] are the reasoning tokens Z (strictly inside the think
+    # tags); prompt_ids + response_ids[:think_start] is the prompt X that conditions them.
+    think_start: int | None = None
+    think_end: int | None = None
+    messages_dropped: int = 0  # oldest messages left out of this prompt to fit the context (0: none)
+
+    @property
+    def reasoning_ids(self) -> list[int]:
+        if self.think_start is None:
+            return []
+        return self.response_ids[self.think_start:self.think_end]
+
+    @property
+    def reasoning_prompt_ids(self) -> list[int]:
+        """X: the prompt up to and including ``<think>``."""
+        start = 0 if self.think_start is None else self.think_start
+        return [*self.prompt_ids, *self.response_ids[:start]]
+
+
+@dataclass
+class Trajectory:
+    env_id: str
+    group: int  # index of the prompt group within its batch; a group shares one initial state
+    seed: int  # the env seed of the group
+    messages: list[dict[str, str]]  # the whole conversation
+    turns: list[Turn] = field(default_factory=list)
+    episode_return: float = 0.0
+    success: bool = False
+    context_overflow: bool = False  # ended because even the latest turn alone exceeded the context
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def format_valid(self) -> float:
+        """Share of turns whose reply had the required format."""
+        return sum(t.format_ok for t in self.turns) / len(self.turns) if self.turns else 0.0
+
+    @property
+    def response_length(self) -> float:
+        """Mean generated tokens per turn."""
+        return sum(len(t.response_ids) for t in self.turns) / len(self.turns) if self.turns else 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trajectory":
+        data = dict(data)
+        turns = [Turn(**t) for t in data.pop("turns", [])]
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown trajectory fields {sorted(unknown)}")
+        return cls(**data, turns=turns)
+
+
+def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+
+
+def load_jsonl(path: str | Path) -> list[Trajectory]:
+    with Path(path).open(encoding="utf-8") as f:
+        return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def think_span(tokenizer, response_ids: list[int]) -> tuple[int, int] | tuple[None, None]:
+    """Token indices [start, end) of the text strictly between the first ``<think>`` and the first
+    ``</think>`` after it; tokens straddling a tag are left out of the span."""
+    pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in response_ids]
+    text = "".join(pieces)
+    open_at = text.find(THINK_OPEN)
+    if open_at < 0:
+        return None, None
+    close_at = text.find(THINK_CLOSE, open_at + len(THINK_OPEN))
+    if close_at < 0:
+        return None, None
+    body_start = open_at + len(THINK_OPEN)
+    start = end = None
+    pos = 0
+    for i, piece in enumerate(pieces):
+        if start is None and pos >= body_start:
+            start = i
+        if pos + len(piece) <= close_at:
+            end = i + 1
+        pos += len(piece)
+    if start is None or end is None or end < start:
+        start = end = start if start is not None else len(pieces)
+    return start, end

@@ -1,0 +1,151 @@
+"""The ``ragen`` command.
+
+    ragen eval --env Ragen/Sokoban-v0 --backend transformers --groups 8 --group-size 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+from ragen_envs.agent.backends import BACKENDS
+
+
+def _env_mix(values: list[str]) -> dict[str, int] | None:
+    """``--env ID`` or ``--env ID:GROUPS`` (repeatable) -> {id: groups}; None when no counts are given."""
+    mix = {}
+    for value in values:
+        env_id, _, count = value.partition(":")
+        mix[env_id] = int(count) if count else 0
+    return None if all(v == 0 for v in mix.values()) else mix
+
+
+def summarize(trajectories) -> dict[str, dict[str, float]]:
+    """Per env: success rate, mean return, format validity, mean turns, mean response tokens."""
+    by_env = defaultdict(list)
+    for t in trajectories:
+        by_env[t.env_id].append(t)
+    table = {}
+    for env_id, trajs in by_env.items():
+        n = len(trajs)
+        table[env_id] = {
+            "episodes": n,
+            "success": sum(t.success for t in trajs) / n,
+            "return": sum(t.episode_return for t in trajs) / n,
+            "format_valid": sum(t.format_valid for t in trajs) / n,
+            "turns": sum(t.num_turns for t in trajs) / n,
+            "response_tokens": sum(t.response_length for t in trajs) / n,
+        }
+    return table
+
+
+def print_table(table: dict[str, dict[str, float]]) -> None:
+    cols = ["episodes", "success", "return", "format_valid", "turns", "response_tokens"]
+    print(f"{'env':24s}" + "".join(f"{c:>16s}" for c in cols))
+    for env_id, row in table.items():
+        print(f"{env_id:24s}" + "".join(f"{row[c]:16.3f}" if c != "episodes" else f"{row[c]:16d}" for c in cols))
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
+    parser.add_argument("--model", default=None,
+                        help="path or id (default: the embedded SmolLM2-135M-Instruct); served name for openai")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai backend: server URL")
+    parser.add_argument("--tokenizer", default=None, help="openai backend: tokenizer path or id")
+    parser.add_argument("--device", default=None, help="transformers backend: cpu, cuda, ...")
+
+
+def make_policy_from_args(args):
+    from ragen_envs.agent.backends import make_policy
+
+    if args.backend == "openai":
+        return make_policy("openai", args.model, base_url=args.base_url, tokenizer=args.tokenizer)
+    if args.backend == "transformers":
+        return make_policy("transformers", args.model, device=args.device)
+    return make_policy("vllm", args.model)
+
+
+def add_rollout_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", action="append", required=True,
+                        help="env id, or ID:GROUPS for a mix; repeat for several envs")
+    parser.add_argument("--env-kwargs", type=json.loads, default={},
+                        help='JSON: {"Ragen/FrozenLake-v0": {"slip": 0.2}}')
+    parser.add_argument("--groups", type=int, default=8, help="P: prompt groups (per env without counts)")
+    parser.add_argument("--group-size", type=int, default=4, help="G: samples per group")
+    parser.add_argument("--max-turns", type=int, default=5)
+    parser.add_argument("--max-actions-per-turn", type=int, default=2)
+    parser.add_argument("--no-think", action="store_true", help="ask for <answer> only")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def rollout_config_from_args(args):
+    from ragen_envs.agent import RolloutConfig, SamplingConfig
+
+    return RolloutConfig(
+        n_groups=args.groups, group_size=args.group_size, max_turns=args.max_turns,
+        max_actions_per_turn=args.max_actions_per_turn, enable_think=not args.no_think,
+        sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p,
+                                max_new_tokens=args.max_new_tokens, seed=args.seed),
+        seed=args.seed, env_kwargs=args.env_kwargs,
+    )
+
+
+def cmd_eval(args) -> int:
+    from ragen_envs.agent import RolloutRunner, save_jsonl
+
+    mix = _env_mix(args.env)
+    config = rollout_config_from_args(args)
+    policy = make_policy_from_args(args)
+    envs = mix if mix else {env_id: args.groups for env_id in args.env}
+    runner = RolloutRunner(envs, policy, config)
+    bar = _progress(config.max_turns, "turns")
+    trajectories = runner.collect(progress=lambda turn, active: bar(turn, active))
+    bar(config.max_turns, 0)
+    print_table(summarize(trajectories))
+    if args.save:
+        save_jsonl(trajectories, args.save)
+        print(f"trajectories saved to {args.save}")
+    if args.show:
+        t = trajectories[0]
+        for m in t.messages:
+            print(f"--- {m['role']}\n{m['content']}")
+    return 0
+
+
+def _progress(total: int, unit: str):
+    """A progress callback (tqdm when installed)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return lambda done, active: print(f"{unit} {done}/{total}, {active} active", file=sys.stderr)
+    bar = tqdm(total=total, unit=unit, file=sys.stderr)
+
+    def update(done: int, active: int) -> None:
+        bar.n = done
+        bar.set_postfix(active=active)
+        bar.refresh()
+        if done >= total:
+            bar.close()
+    return update
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ragen", description="ragen-envs: LLM agents in multi-turn RL")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="run grouped rollouts and print per-env metrics")
+    add_rollout_args(ev)
+    add_model_args(ev)
+    ev.add_argument("--save", default=None, help="write trajectories to this JSONL file")
+    ev.add_argument("--show", action="store_true", help="print the first trajectory's conversation")
+    ev.set_defaults(func=cmd_eval)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

