@@ -13,13 +13,13 @@ from collections import defaultdict
 from ragen_envs.agent.backends import BACKENDS
 
 
-def _env_mix(values: list[str]) -> dict[str, int] | None:
-    """``--env ID`` or ``--env ID:GROUPS`` (repeatable) -> {id: groups}; None when no counts are given."""
+def env_mix(values: list[str], groups: int) -> dict[str, int]:
+    """``--env ID`` or ``--env ID:GROUPS`` (repeatable) -> {id: groups}; ``groups`` where no count is given."""
     mix = {}
     for value in values:
         env_id, _, count = value.partition(":")
-        mix[env_id] = int(count) if count else 0
-    return None if all(v == 0 for v in mix.values()) else mix
+        mix[env_id] = int(count) if count else groups
+    return mix
 
 
 def summarize(trajectories) -> dict[str, dict[str, float]]:
@@ -98,11 +98,9 @@ def rollout_config_from_args(args):
 def cmd_eval(args) -> int:
     from ragen_envs.agent import RolloutRunner, save_jsonl
 
-    mix = _env_mix(args.env)
     config = rollout_config_from_args(args)
     policy = make_policy_from_args(args)
-    envs = mix if mix else {env_id: args.groups for env_id in args.env}
-    runner = RolloutRunner(envs, policy, config)
+    runner = RolloutRunner(env_mix(args.env, args.groups), policy, config)
     bar = _progress(config.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active))
     bar(config.max_turns, 0)
@@ -114,6 +112,34 @@ def cmd_eval(args) -> int:
         t = trajectories[0]
         for m in t.messages:
             print(f"--- {m['role']}\n{m['content']}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from trainers import Trainer, TrainerConfig
+    from trainers.logging import plot_run
+
+    config = TrainerConfig(
+        algorithm=args.algorithm, num_iterations=args.iterations, output_dir=args.output_dir, seed=args.seed,
+        num_prompts=args.groups, num_generations=args.group_size, max_turns=args.max_turns,
+        max_actions_per_turn=args.max_actions_per_turn, max_completion_length=args.max_new_tokens,
+        temperature=args.temperature, top_p=args.top_p, enable_think=not args.no_think,
+        env_kwargs=args.env_kwargs, learning_rate=args.learning_rate, beta=args.beta,
+        entropy_coef=args.entropy_coef, filter=args.filter, filter_value=args.filter_value,
+        filter_metric=args.filter_metric, include_zero=not args.exclude_zero, mi_every=args.mi_every,
+        save_steps=args.save_steps, resume_from_checkpoint=args.resume, mixed_precision=args.mixed_precision,
+        ppo_epochs=args.ppo_epochs, micro_batch_size=args.micro_batch_size,
+    )
+    trainer = Trainer(args.model, env_mix(args.env, args.groups), config)
+    trainer.train()
+    print(f"metrics: {config.output_dir}/metrics.jsonl, plot: {plot_run(config.output_dir)}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from trainers.logging import plot_run
+
+    print(plot_run(args.run_dir, args.out))
     return 0
 
 
@@ -143,6 +169,32 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--save", default=None, help="write trajectories to this JSONL file")
     ev.add_argument("--show", action="store_true", help="print the first trajectory's conversation")
     ev.set_defaults(func=cmd_eval)
+
+    tr = sub.add_parser("train", help="train a policy with PPO, GRPO, DAPO or Dr. GRPO")
+    add_rollout_args(tr)
+    tr.add_argument("--model", default=None, help="path or id (default: the embedded SmolLM2-135M-Instruct)")
+    tr.add_argument("--algorithm", choices=["ppo", "grpo", "dapo", "drgrpo"], default="grpo")
+    tr.add_argument("--iterations", type=int, default=10)
+    tr.add_argument("--output-dir", default="runs/ragen")
+    tr.add_argument("--learning-rate", type=float, default=1e-6)
+    tr.add_argument("--beta", type=float, default=None, help="KL coefficient (default: per algorithm)")
+    tr.add_argument("--entropy-coef", type=float, default=0.0)
+    tr.add_argument("--filter", choices=["none", "top_p", "top_k"], default="none")
+    tr.add_argument("--filter-value", type=float, default=0.9)
+    tr.add_argument("--filter-metric", choices=["variance", "std"], default="variance")
+    tr.add_argument("--exclude-zero", action="store_true", help="drop zero-variance groups before ranking")
+    tr.add_argument("--mi-every", type=int, default=1)
+    tr.add_argument("--save-steps", type=int, default=0)
+    tr.add_argument("--resume", default=None, help='a checkpoint folder, or "latest"')
+    tr.add_argument("--mixed-precision", choices=["auto", "bf16", "no"], default="auto")
+    tr.add_argument("--ppo-epochs", type=int, default=1)
+    tr.add_argument("--micro-batch-size", type=int, default=2)
+    tr.set_defaults(func=cmd_train)
+
+    pl = sub.add_parser("plot", help="draw a run's metrics to a PNG")
+    pl.add_argument("run_dir")
+    pl.add_argument("--out", default=None, help="default: RUN_DIR/metrics.png")
+    pl.set_defaults(func=cmd_plot)
     args = parser.parse_args(argv)
     return args.func(args)
 

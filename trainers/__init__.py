@@ -1,1 +1,16 @@
 """RL trainers for LLM agents (PPO, GRPO, DAPO, Dr. GRPO) with SNR-aware filtering and MI logging."""
+
+from trainers.config import TrainerConfig
+from trainers.filtering import select_groups
+from trainers.mi import MIZScoreEMA, mi_metrics
+
+__all__ = ["MIZScoreEMA", "Trainer", "TrainerConfig", "mi_metrics", "select_groups"]
+
+
+def __getattr__(name):
+    # The trainer pulls in torch and transformers; the pure-numpy parts above do not.
+    if name == "Trainer":
+        from trainers.trainer import Trainer
+
+        return Trainer
+    raise AttributeError(name)

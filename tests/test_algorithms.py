@@ -1,0 +1,85 @@
+import math
+
+import pytest
+import torch
+
+from trainers import algorithms as alg
+
+
+def test_group_advantages_by_hand():
+    returns = torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    grpo = alg.group_advantages(returns, groups, "group")
+    torch.testing.assert_close(grpo, torch.tensor([-1, 0, 1, 0, 0, 0]) / (1 + 1e-6))  # std of 1,2,3 is 1
+    torch.testing.assert_close(alg.group_advantages(returns, groups, "none"),
+                               torch.tensor([-1.0, 0, 1, 0, 0, 0]))
+    batch_std = returns.std()
+    torch.testing.assert_close(alg.group_advantages(returns, groups, "batch"),
+                               torch.tensor([-1.0, 0, 1, 0, 0, 0]) / (batch_std + 1e-6))
+
+
+def test_gae_skips_masked_tokens_by_hand():
+    values = torch.tensor([[9.0, 0.5, 0.6, 9.0, 0.7]])
+    rewards = torch.tensor([[0.0, 0, 0, 0, 1]])
+    mask = torch.tensor([[0, 1, 1, 0, 1]])
+    adv, ret = alg.gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    # t4: 1 - 0.7 = 0.3; t3 masked (carried); t2: 0.9*0.7 - 0.6 + 0.72*0.3 = 0.246;
+    # t1: 0.9*0.6 - 0.5 + 0.72*0.246 = 0.21712; t0 masked.
+    torch.testing.assert_close(adv, torch.tensor([[0.0, 0.21712, 0.246, 0.0, 0.3]]))
+    torch.testing.assert_close(ret, torch.tensor([[0.0, 0.71712, 0.846, 0.0, 1.0]]))
+
+
+def test_gae_with_gamma_lambda_one_is_return_minus_value():
+    values = torch.tensor([[0.2, 0.4, 0.0, 0.1]])
+    adv, _ = alg.gae(torch.tensor([[0.0, 0, 0, 2]]), values, torch.tensor([[1, 1, 0, 1]]))
+    torch.testing.assert_close(adv, torch.tensor([[1.8, 1.6, 0.0, 1.9]]))
+
+
+def test_whiten():
+    x = torch.tensor([[1.0, 2.0, 100.0, 3.0]])
+    mask = torch.tensor([[1, 1, 0, 1]])
+    w = alg.whiten(x, mask)
+    sel = w[mask.bool()]
+    assert w[0, 2] == 0 and abs(sel.mean()) < 1e-6 and abs(sel.std(unbiased=False) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("ratio, adv, expected", [
+    (1.5, 1.0, -1.28),  # clipped at 1 + eps_high
+    (1.5, -1.0, 1.5),  # pessimistic side keeps the unclipped value
+    (0.5, 1.0, -0.5),
+    (0.5, -1.0, 0.8),  # clipped at 1 - eps_low
+    (1.1, 2.0, -2.2),  # inside the trust region
+])
+def test_clipped_policy_loss_by_hand(ratio, adv, expected):
+    loss, _ = alg.clipped_policy_loss(torch.tensor([math.log(ratio)]), torch.tensor([0.0]),
+                                      torch.tensor([adv]), eps_low=0.2, eps_high=0.28)
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_aggregation_by_hand_and_micro_batches_add_up():
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    norm = alg.Normalizer(sequences=2, tokens=4, max_length=5)
+    assert alg.aggregate(per_token, mask, "grpo", norm).item() == pytest.approx((2 + 4) / 2)
+    assert alg.aggregate(per_token, mask, "dapo", norm).item() == pytest.approx(10 / 4)
+    assert alg.aggregate(per_token, mask, "bnpo", norm).item() == pytest.approx(10 / 4)
+    assert alg.aggregate(per_token, mask, "dr_grpo", norm).item() == pytest.approx(10 / (2 * 5))
+    for loss_type in ("grpo", "dapo", "dr_grpo"):
+        whole = alg.aggregate(per_token, mask, loss_type, norm)
+        parts = sum(alg.aggregate(per_token[i:i + 1], mask[i:i + 1], loss_type, norm) for i in range(2))
+        assert parts.item() == pytest.approx(whole.item())
+    with pytest.raises(ValueError):
+        alg.aggregate(per_token, mask, "sum", norm)
+
+
+def test_kl_k3_by_hand():
+    kl = alg.kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
+    assert kl.item() == pytest.approx(0.5 - math.log(0.5) - 1)
+    assert alg.kl_k3(torch.tensor([0.3]), torch.tensor([0.3])).item() == 0
+
+
+def test_clipped_value_loss_by_hand():
+    loss = alg.clipped_value_loss(torch.tensor([1.5]), torch.tensor([1.0]), torch.tensor([2.0]), clip=0.2)
+    assert loss.item() == pytest.approx(0.5 * 0.8 ** 2)  # the clipped prediction 1.2 is worse
+    loss = alg.clipped_value_loss(torch.tensor([1.5]), torch.tensor([1.0]), torch.tensor([1.0]), clip=0.2)
+    assert loss.item() == pytest.approx(0.5 * 0.5 ** 2)

@@ -1,0 +1,134 @@
+import math
+
+import numpy as np
+import pytest
+
+from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
+
+# P = 2 prompts, G = 1 sample each; lengths 2 and 1 tokens.
+L = np.array([[[-2.0, -4.0]], [[-3.0, -1.0]]])
+N = np.array([[2], [1]])
+
+
+def test_hand_computed_batch():
+    m = mi_metrics(L, N)
+    # matched per token: -2/2, -1/1; marginal: (logsumexp(row) - log 2) / |Z|
+    marginal = [(-2 + math.log(1 + math.exp(-2)) - math.log(2)) / 2, -1 + math.log(1 + math.exp(-2)) - math.log(2)]
+    assert m["mi_est"] == pytest.approx(-1 - np.mean(marginal))
+    assert m["mi_est"] == pytest.approx(0.4246643771)
+    assert m["mi_seq_est"] == pytest.approx(0.5662191695)
+    assert m["conditional_entropy"] == pytest.approx(1.0)
+    assert m["reasoning_entropy"] == pytest.approx(-np.mean(marginal))
+    assert m["retrieval_acc"] == 1.0 and m["retrieval_chance"] == 0.5
+    assert m["mi_zscore"] == pytest.approx(2.9789554602)
+
+
+def test_identity_is_exact():
+    rng = np.random.default_rng(0)
+    loglik = rng.normal(-40, 5, size=(6, 4, 6))
+    lengths = rng.integers(1, 30, size=(6, 4))
+    m = mi_metrics(loglik, lengths)
+    assert m["reasoning_entropy"] == pytest.approx(m["mi_est"] + m["conditional_entropy"], abs=1e-12)
+    assert m["mi_seq_est"] <= math.log(6) + 1e-12
+
+
+def test_template_collapse_scores_chance_and_zero_mi_with_high_entropy():
+    # Z independent of X: every prompt gives each reasoning the same likelihood.
+    rng = np.random.default_rng(1)
+    P, G = 8, 4
+    per_reasoning = rng.normal(-60, 3, size=(P, G, 1))
+    loglik = np.repeat(per_reasoning, P, axis=2)
+    m = mi_metrics(loglik, np.full((P, G), 20))
+    assert m["retrieval_acc"] == pytest.approx(1 / P)  # ties broken uniformly: exactly chance
+    assert m["recall_at_2"] == pytest.approx(2 / P) and m["recall_at_8"] == pytest.approx(1.0)
+    assert m["mi_est"] == pytest.approx(0.0, abs=1e-12) and m["mi_zscore"] == pytest.approx(0.0, abs=1e-9)
+    assert m["conditional_entropy"] > 2.5  # entropy looks healthy
+
+
+def test_noisy_independence_is_near_chance():
+    rng = np.random.default_rng(2)
+    P, G = 8, 64
+    m = mi_metrics(rng.normal(-50, 1, size=(P, G, P)), np.full((P, G), 10))
+    assert abs(m["retrieval_acc"] - 1 / P) < 0.05
+    assert abs(m["mi_est"]) < 0.05
+
+
+def test_input_determined_reasoning():
+    P, G = 8, 2
+    loglik = np.full((P, G, P), -100.0)
+    for i in range(P):
+        loglik[i, :, i] = -1.0
+    m = mi_metrics(loglik, np.ones((P, G)))
+    assert m["retrieval_acc"] == 1.0
+    assert m["mi_seq_est"] == pytest.approx(math.log(P), abs=1e-6)  # the upper bound
+
+
+def test_ties_count_fractionally():
+    # Row (0,0): one column strictly above the own one, one tied with it, two below.
+    loglik = np.zeros((4, 1, 4))
+    loglik[0, 0] = [-2.0, -1.0, -2.0, -3.0]
+    for i in range(1, 4):
+        loglik[i, 0, i] = 5.0  # other rows: clear hits
+    m = mi_metrics(loglik, np.ones((4, 1)))
+    assert m["retrieval_acc"] == pytest.approx((0 + 3) / 4)  # (1 - 1) / 2 = 0
+    assert m["recall_at_2"] == pytest.approx((0.5 + 3) / 4)  # (2 - 1) / 2
+    assert m["recall_at_4"] == pytest.approx(1.0)
+
+
+def test_empty_reasoning_is_left_out():
+    lengths = np.array([[2, 0], [1, 0]])
+    loglik = np.concatenate([L, np.full((2, 1, 2), 123.0)], axis=1)  # junk where length is 0
+    assert mi_metrics(loglik, lengths) == pytest.approx(mi_metrics(L, N))
+    with pytest.raises(ValueError):
+        mi_metrics(L, np.zeros((2, 1)))
+
+
+def test_ema_variant():
+    ema = MIZScoreEMA(decay=0.9, eps=1e-3)
+    first = ema.update(L, N)
+    assert first == pytest.approx(mi_metrics(L, N)["mi_zscore"])
+    sigma1 = ema.sigma
+    loglik2 = L * 2
+    ema.update(loglik2, N)
+    marginal2 = (np.array([np.logaddexp(-4, -8), np.logaddexp(-6, -2)]) - math.log(2)) / np.array([2, 1])
+    assert ema.sigma == pytest.approx(0.9 * sigma1 + 0.1 * marginal2.std())
+
+
+class CountingPolicy:
+    """Scores a continuation as -(sum of its ids) / 100 - (sum of the prompt ids) / 1000."""
+
+    def __init__(self):
+        self.calls = []
+
+    def score(self, prompt, conts):
+        self.calls.append(tuple(prompt))
+        return [np.array([-(t / 100) - sum(prompt) / 1000 / max(len(c), 1) for t in c]) for c in conts]
+
+
+def test_cross_loglik_merges_identical_prompts():
+    policy = CountingPolicy()
+    prompts = [[1, 2], [3], [1, 2]]
+    reasonings = [[[5], [6, 7]], [[8], [9]], [[10], [11]]]
+    loglik, lengths = cross_loglik(policy, prompts, reasonings)
+    assert len(policy.calls) == 2  # one pass per distinct prompt
+    assert loglik.shape == (2, 4, 2) and lengths.tolist() == [[1, 2, 1, 1], [1, 1, 0, 0]]
+    assert loglik[0, 1, 1] == pytest.approx(-0.13 - 0.003)
+
+
+def test_cross_scoring_on_a_tiny_model_equals_teacher_forcing(tiny_policy):
+    import torch
+
+    prompts = [tiny_policy.encode_chat([{"role": "user", "content": f"state {i}"}]) for i in range(3)]
+    rng = np.random.default_rng(0)
+    reasonings = [[rng.integers(50, 4000, size=n).tolist() for n in (3, 5)] for _ in range(3)]
+    loglik, lengths = cross_loglik(tiny_policy, prompts, reasonings)
+    for i in range(3):
+        for k in range(2):
+            for j in range(3):
+                z = reasonings[i][k]
+                ids = torch.tensor([prompts[j] + z])
+                with torch.no_grad():
+                    logp = torch.log_softmax(tiny_policy.model(ids).logits[0, len(prompts[j]) - 1:-1], -1)
+                direct = logp.gather(-1, torch.tensor(z)[:, None]).sum().item()
+                assert loglik[i, k, j] == pytest.approx(direct, abs=1e-3)
+    assert lengths.tolist() == [[3, 5]] * 3

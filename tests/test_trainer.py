@@ -1,0 +1,167 @@
+"""The trainer end to end on a tiny model and real envs."""
+
+import json
+
+import pytest
+import torch
+
+from ragen_envs.agent.backends.base import Generation, Policy
+from ragen_envs.agent.trajectory import Trajectory, Turn
+from trainers import Trainer, TrainerConfig
+from trainers.batch import collate, trajectory_samples
+
+REPLIES = ["<think>the goal is right</think><answer>Right</answer>",
+           "<think>maybe down then left</think><answer>Down || Left</answer>",
+           "<think>up</think><answer>Up || Up</answer>",
+           "I am not sure."]
+
+
+class SeededReplies(Policy):
+    """Rollout policy for tests: reply (seed + index) mod 4 of REPLIES, so samples of one group differ
+    and a resumed run replays the same rollouts."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.max_context = 4096
+
+    def generate(self, prompts, sampling):
+        out = []
+        for i, prompt in enumerate(prompts):
+            text = REPLIES[(sampling.seed + i) % len(REPLIES)]
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            out.append(Generation(text, self.prompt_ids(prompt), ids, [-1.0] * len(ids), "stop"))
+        return out
+
+    def score(self, prompt_ids, continuations):
+        raise NotImplementedError
+
+
+def make_model(tokenizer, seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                        max_position_embeddings=4096, tie_word_embeddings=True))
+
+
+def config(tmp_path, **kw):
+    base = dict(num_iterations=1, num_prompts=3, num_generations=4, max_turns=2, max_completion_length=24,
+                learning_rate=1e-2, output_dir=str(tmp_path / "run"), mixed_precision="no", micro_batch_size=4,
+                env_kwargs={"Ragen/FrozenLake-v0": {"size": 3}})
+    base.update(kw)
+    return TrainerConfig(**base)
+
+
+EXPECTED_KEYS = {
+    "rollout/success", "rollout/return_mean", "rollout/format_valid", "rollout/turns", "rollout/response_length",
+    "policy/token_entropy", "mi/retrieval_acc", "mi/retrieval_chance", "mi/recall_at_2", "mi/mi_est",
+    "mi/mi_seq_est", "mi/mi_zscore", "mi/mi_zscore_ema", "mi/conditional_entropy", "mi/reasoning_entropy",
+    "mi/empty_reasoning_rate", "mi_traj/retrieval_acc", "filter/kept_groups", "filter/kept_ratio",
+    "filter/zero_variance_groups", "filter/rv_mean", "filter/rv_std", "filter/rv_std_over_mean",
+    "filter/in_group_reward_std", "loss/policy", "loss/entropy", "loss/grad_norm", "loss/clip_frac",
+    "time/rollout_s", "time/mi_s", "time/mi_share", "time/update_s",
+}
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo", "dapo", "drgrpo"])
+def test_one_iteration_changes_the_weights_and_logs_every_metric(algorithm, tokenizer, tmp_path):
+    model = make_model(tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, algorithm=algorithm, filter="top_p"),
+                      tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    metrics = trainer.train()[0]
+    assert EXPECTED_KEYS <= metrics.keys(), EXPECTED_KEYS - metrics.keys()
+    assert metrics["filter/kept_groups"] >= 1 and metrics["filter/skipped"] == 0
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed
+    if algorithm == "ppo":
+        assert "loss/value" in metrics
+    if algorithm == "dapo":
+        assert trainer.config.beta == 0 and trainer.config.epsilon_high == 0.28 and "loss/kl" not in metrics
+    else:
+        assert "loss/kl" in metrics
+    run = tmp_path / "run"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 1 and records[0]["iteration"] == 1
+    assert (run / "metrics.csv").read_text().startswith("iteration,")
+    assert (run / "checkpoint-1" / "trainer_state.json").is_file()
+
+
+def test_skipped_batch_leaves_weights_alone(tokenizer, tmp_path):
+    model = make_model(tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    # The tiny model's own replies are never valid: every return is the same, the total RV is 0.
+    metrics = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, filter="top_p", max_completion_length=6),
+                      tokenizer=tokenizer).train()[0]
+    assert metrics["filter/skipped"] == 1 and metrics["filter/kept_groups"] == 0
+    assert "loss/policy" not in metrics
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_only_kept_groups_are_trained(tokenizer, tmp_path, monkeypatch):
+    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0",
+                      config(tmp_path, filter="top_k", filter_value=0.33), tokenizer=tokenizer,
+                      rollout_policy=SeededReplies(tokenizer))
+    seen = []
+    original = trainer._update
+    monkeypatch.setattr(trainer, "_update", lambda samples, b, s, chosen: seen.append(
+        {samples[i].group for i in chosen}) or original(samples, b, s, chosen))
+    metrics = trainer.train()[0]
+    assert metrics["filter/kept_groups"] == 1 and len(seen) == 1 and len(seen[0]) == 1
+
+
+def test_own_rollouts_with_an_entropy_bonus_update_the_model(tokenizer, tmp_path):
+    model = make_model(tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    metrics = Trainer(model, "Ragen/Sokoban-v0", config(tmp_path, entropy_coef=0.1, max_completion_length=8,
+                                                        num_prompts=2, num_generations=2),
+                      tokenizer=tokenizer).train()[0]
+    assert metrics["mi/empty_reasoning_rate"] == 1.0  # a random model writes no <think> blocks
+    assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tokenizer, tmp_path):
+    def run(directory, iterations, resume=None):
+        cfg = config(directory, algorithm="ppo", num_iterations=iterations, save_steps=1,
+                     resume_from_checkpoint=resume, filter="top_p", beta=0.01)
+        return Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+                       rollout_policy=SeededReplies(tokenizer)).train()
+
+    def strip(records):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+
+    full = run(tmp_path / "a", 3)
+    run(tmp_path / "b", 1)
+    resumed = run(tmp_path / "b", 3, resume="latest")
+    assert len(resumed) == 2
+    for a, b in zip(strip(full[1:]), strip(resumed)):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+    lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+
+
+def test_sequences_mask_only_generated_tokens():
+    turns = [Turn(prompt_ids=[1, 2, 3], response_ids=[10, 11], logprobs=[0, 0], response="", reasoning=None,
+                  actions=[], reward=0, format_ok=False, finish_reason="stop"),
+             Turn(prompt_ids=[1, 2, 3, 10, 11, 4, 5], response_ids=[12], logprobs=[0], response="",
+                  reasoning=None, actions=[], reward=0, format_ok=False, finish_reason="stop"),
+             Turn(prompt_ids=[1, 7], response_ids=[13, 14], logprobs=[0, 0], response="", reasoning=None,
+                  actions=[], reward=0, format_ok=False, finish_reason="stop", messages_dropped=2)]
+    traj = Trajectory("x", group=0, seed=0, messages=[], turns=turns, episode_return=2.5)
+    samples = trajectory_samples(traj, 0)
+    assert [s.ids for s in samples] == [[1, 2, 3, 10, 11, 4, 5, 12], [1, 7, 13, 14]]
+    assert samples[0].generated == [0, 0, 0, 1, 1, 0, 0, 1] and samples[1].generated == [0, 0, 1, 1]
+    batch = collate(samples, pad_id=0)
+    assert batch.mask.tolist() == [[0, 0, 1, 1, 0, 0, 1], [0, 1, 1, 0, 0, 0, 0]]
+    assert batch.rewards.tolist()[0] == [0] * 7  # the reward goes on the last segment only
+    assert batch.rewards.tolist()[1] == [0, 0, 2.5, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("kwargs", [{"algorithm": "a2c"}, {"filter": "top"}, {"filter_value": 0},
+                                    {"num_generations": 1}, {"loss_type": "sum"}, {"mixed_precision": "fp8"}])
+def test_bad_config_values(kwargs):
+    with pytest.raises(ValueError):
+        TrainerConfig(**kwargs)

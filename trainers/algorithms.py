@@ -1,0 +1,116 @@
+"""Advantages and losses of PPO, GRPO, DAPO and Dr. GRPO, on token tensors.
+
+Shapes: B sequences x T target positions; ``mask`` is 1 on tokens the model generated (prompt,
+observation and other environment tokens are 0 and never contribute to a loss).
+
+Loss aggregation (``loss_type``, TRL's names):
+- ``"grpo"``: mean over each sequence's tokens, then over sequences (GRPO's length normalisation);
+- ``"dapo"`` / ``"bnpo"``: sum over all tokens of the batch / number of tokens (token level, also PPO);
+- ``"dr_grpo"``: sum over all tokens / (number of sequences x max response length), a constant.
+``aggregate`` takes the normalisers of the whole minibatch, so gradient accumulation over
+micro-batches adds up to exactly the minibatch loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo")
+
+
+# -- advantages ----------------------------------------------------------------------------------
+def group_advantages(returns: torch.Tensor, groups: torch.Tensor, scale: str = "group",
+                     eps: float = 1e-6) -> torch.Tensor:
+    """GRPO-family advantages per sequence: R - mean of its group, divided by the group's std
+    (``scale="group"``, GRPO and DAPO), the batch's std (``"batch"``) or nothing (``"none"``,
+    Dr. GRPO). Stds are the unbiased sample std, as torch.std."""
+    adv = torch.empty_like(returns, dtype=torch.float64)
+    returns64 = returns.double()
+    for g in groups.unique():
+        sel = groups == g
+        group = returns64[sel]
+        centred = group - group.mean()
+        if scale == "group":
+            centred = centred / (group.std() + eps) if len(group) > 1 else centred * 0
+        adv[sel] = centred
+    if scale == "batch":
+        adv = adv / (returns64.std() + eps)
+    elif scale not in ("group", "none"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
+    return adv.to(returns.dtype if returns.is_floating_point() else torch.float32)
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+        lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-level GAE that skips non-generated tokens: across a masked position the next value and
+    the running advantage are carried unchanged, so a turn's last token bootstraps from the next
+    turn's first generated token. Returns (advantages, returns), zero where ``mask`` is 0."""
+    B, T = rewards.shape
+    adv = torch.zeros_like(values)
+    next_value = torch.zeros(B, dtype=values.dtype)
+    running = torch.zeros(B, dtype=values.dtype)
+    for t in reversed(range(T)):
+        m = mask[:, t].to(values.dtype)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        new_running = delta + gamma * lam * running
+        running = m * new_running + (1 - m) * running
+        next_value = m * values[:, t] + (1 - m) * next_value
+        adv[:, t] = m * running
+    returns = (adv + values) * mask
+    return adv, returns
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std over the masked entries (population std); 0 elsewhere."""
+    m = mask.bool()
+    values = x[m]
+    out = torch.zeros_like(x)
+    out[m] = (values - values.mean()) / (values.std(unbiased=False) + eps)
+    return out
+
+
+# -- losses --------------------------------------------------------------------------------------
+@dataclass
+class Normalizer:
+    """The minibatch quantities ``aggregate`` divides by."""
+
+    sequences: int  # sequences with at least one generated token
+    tokens: int  # generated tokens
+    max_length: int  # Dr. GRPO's constant per sequence (max response length)
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, norm: Normalizer) -> torch.Tensor:
+    """This micro-batch's share of the minibatch loss (see the module docstring)."""
+    m = mask.to(per_token.dtype)
+    if loss_type == "grpo":
+        lengths = m.sum(-1).clamp(min=1)
+        return ((per_token * m).sum(-1) / lengths).sum() / max(norm.sequences, 1)
+    if loss_type in ("dapo", "bnpo"):
+        return (per_token * m).sum() / max(norm.tokens, 1)
+    if loss_type == "dr_grpo":
+        return (per_token * m).sum() / max(norm.sequences * norm.max_length, 1)
+    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                        eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A), and whether it was clipped."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * advantages
+    return -torch.min(unclipped, clipped), (clipped < unclipped).float()
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       clip: float) -> torch.Tensor:
+    """Per token: 0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)."""
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    return 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1 (always >= 0)."""
+    diff = ref_logp - logp
+    return torch.exp(diff) - diff - 1

@@ -1,0 +1,118 @@
+"""Per-iteration metrics: JSONL and CSV in the run folder, TensorBoard when installed, a printed
+table, and ``plot_run`` for ``ragen plot RUN_DIR``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+# The columns of the printed table: (metric, header).
+TABLE = [("iteration", "it"), ("rollout/success", "success"), ("rollout/return_mean", "return"),
+         ("rollout/format_valid", "format"), ("policy/token_entropy", "entropy"),
+         ("mi/retrieval_acc", "ret_acc"), ("mi/mi_est", "mi_est"), ("mi/conditional_entropy", "H(Z|X)"),
+         ("filter/kept_ratio", "kept"), ("filter/rv_std_over_mean", "rv_cv"), ("loss/policy", "pg_loss"),
+         ("time/iteration_s", "sec")]
+
+
+class MetricsLogger:
+    """Appends one record per iteration to ``metrics.jsonl`` and rewrites ``metrics.csv``.
+
+    ``keep_iterations``: on resume, records after that iteration (from the interrupted run) are
+    dropped, so the files hold exactly one record per iteration.
+    """
+
+    def __init__(self, output_dir: str | Path, keep_iterations: int = 0):
+        self.dir = Path(output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = self.dir / "metrics.jsonl"
+        self.records = [r for r in read_metrics(self.dir) if r.get("iteration", 0) <= keep_iterations]
+        self._write_all()
+        self._printed_header = False
+        self._tb = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.dir / "tensorboard"))
+        except Exception:  # tensorboard is optional
+            self._tb = None
+
+    def log(self, metrics: dict) -> None:
+        self.records.append(dict(metrics))
+        with self.jsonl.open("a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        self._write_csv()
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and key != "iteration":
+                    self._tb.add_scalar(key, value, metrics["iteration"])
+            self._tb.flush()
+
+    def _write_all(self) -> None:
+        with self.jsonl.open("w") as f:
+            for r in self.records:
+                f.write(json.dumps(r) + "\n")
+        self._write_csv()
+
+    def _write_csv(self) -> None:
+        keys = sorted({k for r in self.records for k in r}, key=lambda k: (k != "iteration", k))
+        with (self.dir / "metrics.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self.records)
+
+    def print_row(self, metrics: dict) -> None:
+        if not self._printed_header:
+            print(" ".join(f"{h:>8s}" for _, h in TABLE), flush=True)
+            self._printed_header = True
+        cells = []
+        for key, _ in TABLE:
+            value = metrics.get(key)
+            cells.append(f"{'-':>8s}" if value is None else f"{value:8d}" if key == "iteration"
+                         else f"{value:8.3f}")
+        print(" ".join(cells), flush=True)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+PANELS = [
+    ("Task", ["rollout/success", "rollout/format_valid"]),
+    ("MI proxies", ["mi/retrieval_acc", "mi/retrieval_chance", "mi/mi_est", "mi_traj/retrieval_acc"]),
+    ("Entropy", ["policy/token_entropy", "mi/conditional_entropy", "mi/reasoning_entropy"]),
+    ("Filter", ["filter/kept_ratio", "filter/rv_std_over_mean"]),
+]
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Success, MI proxies, entropy and kept ratio over iterations, to a PNG."""
+    records = read_metrics(run_dir)
+    if not records:
+        raise FileNotFoundError(f"no metrics.jsonl with records in {run_dir}")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.5 * len(PANELS), 3.6))
+    x = [r["iteration"] for r in records]
+    for ax, (title, keys) in zip(axes, PANELS):
+        for key in keys:
+            y = [r.get(key, math.nan) for r in records]
+            if any(not math.isnan(v) for v in y):
+                ax.plot(x, y, marker="o", label=key.split("/", 1)[1] + (" (traj)" if key.startswith("mi_traj") else ""))
+        ax.set_title(title)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out) if out else Path(run_dir) / "metrics.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,112 @@
+"""Mutual-information proxies for template collapse, from in-batch cross-scoring.
+
+``loglik[i, k, j] = log p(Z_ik | X_j)``: the reasoning Z_ik (sample k of prompt i) scored under
+every prompt X_j of the batch, summed over Z's tokens; ``lengths[i, k] = |Z_ik|`` (0 = no
+reasoning: that entry is left out of every mean).
+
+- matched_ik = L[i,k,i] / |Z|, marginal_ik = (logsumexp_j L[i,k,j] - log P) / |Z| (per token);
+  the ``_seq`` variants skip the division.
+- MI-Est = mean(matched) - mean(marginal); H(Z|X) = -mean(matched); H(Z) = -mean(marginal), so
+  H(Z) = MI + H(Z|X) exactly; MI <= log P.
+- Retrieval-Acc / Recall@k: is column i among the top k of L[i,k,:]? With s columns strictly above
+  i and t others tied with it, a hit counts min(1, max(0, (k - s) / (t + 1))): ties broken uniformly
+  at random, in expectation, so a fully collapsed batch scores exactly 1/P.
+- MI-ZScore = mean((matched - marginal) / (sigma + eps)), sigma the population std of marginal;
+  ``MIZScoreEMA`` smooths sigma across calls.
+The caller merges token-identical prompts into one column before building ``loglik``
+(``cross_loglik`` does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _per_entry(loglik, lengths):
+    L = np.asarray(loglik, dtype=float)
+    n = np.asarray(lengths, dtype=float)
+    if L.ndim != 3 or L.shape[0] != L.shape[2] or n.shape != L.shape[:2]:
+        raise ValueError(f"loglik must be P x G x P and lengths P x G, got {L.shape} and {n.shape}")
+    P = L.shape[0]
+    valid = n > 0
+    if not valid.any():
+        raise ValueError("every reasoning is empty: nothing to score")
+    idx = np.arange(P)
+    matched_seq = L[idx, :, idx]  # (P, G): L[i, k, i]
+    top = L.max(axis=2, keepdims=True)
+    marginal_seq = (top[..., 0] + np.log(np.exp(L - top).sum(axis=2))) - np.log(P)
+    safe = np.where(valid, n, 1.0)
+    return L, valid, matched_seq, marginal_seq, matched_seq / safe, marginal_seq / safe
+
+
+def _recall(L: np.ndarray, valid: np.ndarray, k: int) -> float:
+    P = L.shape[0]
+    own = L[np.arange(P), :, np.arange(P)][..., None]  # (P, G, 1)
+    above = (L > own).sum(axis=2)
+    ties = (L == own).sum(axis=2) - 1  # others tied with column i
+    hits = np.clip((k - above) / (ties + 1), 0.0, 1.0)
+    return float(hits[valid].mean())
+
+
+def mi_metrics(loglik, lengths) -> dict[str, float]:
+    """The MI proxies of one batch (see the module docstring). Keys: retrieval_acc,
+    retrieval_chance, recall_at_2/4/8, mi_est, mi_seq_est, mi_zscore, conditional_entropy,
+    reasoning_entropy."""
+    L, valid, matched_seq, marginal_seq, matched, marginal = _per_entry(loglik, lengths)
+    sigma = marginal[valid].std()
+    return {
+        "retrieval_acc": _recall(L, valid, 1),
+        "retrieval_chance": 1.0 / L.shape[0],
+        "recall_at_2": _recall(L, valid, 2),
+        "recall_at_4": _recall(L, valid, 4),
+        "recall_at_8": _recall(L, valid, 8),
+        "mi_est": float(matched[valid].mean() - marginal[valid].mean()),
+        "mi_seq_est": float(matched_seq[valid].mean() - marginal_seq[valid].mean()),
+        "mi_zscore": float(((matched - marginal)[valid] / (sigma + 1e-3)).mean()),
+        "conditional_entropy": float(-matched[valid].mean()),
+        "reasoning_entropy": float(-marginal[valid].mean()),
+    }
+
+
+class MIZScoreEMA:
+    """MI-ZScore with sigma smoothed across calls: sigma_ema <- decay * sigma_ema + (1 - decay) * sigma
+    (the first sigma initialises it)."""
+
+    def __init__(self, decay: float = 0.9, eps: float = 1e-3):
+        self.decay, self.eps = decay, eps
+        self.sigma: float | None = None
+
+    def update(self, loglik, lengths) -> float:
+        _, valid, _, _, matched, marginal = _per_entry(loglik, lengths)
+        sigma = float(marginal[valid].std())
+        self.sigma = sigma if self.sigma is None else self.decay * self.sigma + (1 - self.decay) * sigma
+        return float(((matched - marginal)[valid] / (self.sigma + self.eps)).mean())
+
+    def state_dict(self) -> dict:
+        return {"sigma": self.sigma}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sigma = state["sigma"]
+
+
+def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[int]]]):
+    """Score every reasoning under every prompt: returns (loglik, lengths) for ``mi_metrics``.
+
+    ``prompts[i]`` is X_i (token ids), ``reasonings[i][k]`` the ids of Z_ik. Token-identical prompts
+    are merged into one column first: their rows are pooled, and rows are padded with empty
+    (length-0) entries so the array stays rectangular. Each distinct prompt is scored once against
+    all reasonings with ``policy.score``, which computes the prompt's prefix once.
+    """
+    columns: dict[tuple[int, ...], list[list[int]]] = {}
+    for prompt, zs in zip(prompts, reasonings):
+        columns.setdefault(tuple(prompt), []).extend(zs)
+    keys = list(columns)
+    width = max(len(zs) for zs in columns.values())
+    rows = [zs + [[]] * (width - len(zs)) for zs in columns.values()]
+    flat = [z for row in rows for z in row]
+    lengths = np.array([[len(z) for z in row] for row in rows])
+    loglik = np.zeros((len(keys), width, len(keys)))
+    for j, prompt in enumerate(keys):
+        scored = policy.score(list(prompt), flat)
+        loglik[:, :, j] = np.array([s.sum() for s in scored]).reshape(len(keys), width)
+    return loglik, lengths

@@ -1,0 +1,434 @@
+"""The trainer: rollout -> advantages -> SNR-aware filter -> update, for ``num_iterations``.
+
+    from trainers import Trainer, TrainerConfig
+    Trainer(None, "Ragen/FrozenLake-v0", TrainerConfig(algorithm="grpo", filter="top_p")).train()
+
+One iteration, top to bottom (``Trainer.iteration``):
+1. Roll out P prompt groups x G samples with the current policy (``RolloutRunner``).
+2. Every ``mi_every`` iterations, before filtering: the MI proxies (first-turn and trajectory scope).
+3. Rank groups by reward variance and keep them by ``filter`` (``trainers.filtering``).
+4. One no-grad pass over all sequences: old log-probs, token entropy, reference log-probs (KL) and
+   values (PPO).
+5. Advantages: GAE over generated tokens (PPO) or group-relative (GRPO, DAPO, Dr. GRPO).
+6. ``ppo_epochs`` x ``num_minibatches`` optimizer steps on the kept groups only.
+
+Filtering and step size: every loss is an average (over tokens, sequences, or a constant per kept
+sequence for Dr. GRPO), so its gradient does not shrink when fewer groups are kept, and the number
+of optimizer steps per iteration stays ``ppo_epochs * num_minibatches``: filtering shrinks the
+effective minibatch, not the step (the paper's rho-scaled loss with a rho-shrunk minibatch amounts
+to the same). A batch where nothing is kept (total RV = 0 under top_p) is skipped and logged so.
+
+Training runs in one process, on CPU or one GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import time
+import warnings
+from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ragen_envs.agent import RolloutConfig, RolloutRunner, SamplingConfig
+from ragen_envs.agent.backends.transformers import TransformersPolicy
+from ragen_envs.agent.models import resolve_model
+from trainers import algorithms as alg
+from trainers.batch import Batch, collate, trajectory_samples
+from trainers.config import TrainerConfig
+from trainers.filtering import LOW_RV_RATIO, filter_stats, select_groups
+from trainers.logging import MetricsLogger
+from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
+
+
+class Trainer:
+    """Args:
+        model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default.
+        env: an env id, or a dict env id -> number of prompt groups (a mix; overrides num_prompts).
+        config: the hyperparameters.
+        callbacks: objects with ``on_iteration_end(trainer, iteration, metrics)``.
+        rollout_policy: another backend to generate rollouts (e.g. ``VLLMPolicy``); it gets the new
+            weights after each update through its ``load_weights``. Default: the trained model itself.
+    """
+
+    def __init__(self, model=None, env: str | dict[str, int] = "Ragen/Sokoban-v0",
+                 config: TrainerConfig | None = None, tokenizer=None, callbacks=(), device: str | None = None,
+                 rollout_policy=None):
+        self.config = cfg = config or TrainerConfig()
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model_path = None
+        if model is None or isinstance(model, (str, Path)):
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            self.model_path = resolve_model(model)
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.model_path)
+        if tokenizer is None:
+            raise ValueError("pass the tokenizer together with a loaded model")
+        self.model = model.to(self.device).float()  # fp32 master weights
+        self.tokenizer = tokenizer
+        self.policy = TransformersPolicy(self.model, tokenizer, device=str(self.device))
+        self.callbacks = list(callbacks)
+        self.rollout_policy = rollout_policy or self.policy
+        self.runner = RolloutRunner(env, self.rollout_policy, RolloutConfig(
+            n_groups=cfg.num_prompts, group_size=cfg.num_generations, max_turns=cfg.max_turns,
+            max_actions_per_turn=cfg.max_actions_per_turn, enable_think=cfg.enable_think,
+            format_penalty=cfg.format_penalty, env_kwargs=cfg.env_kwargs, seed=cfg.seed,
+            sampling=SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_new_tokens=cfg.max_completion_length, seed=cfg.seed)))
+        hidden = self.model.config.hidden_size
+        self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if cfg.algorithm == "ppo" else None
+        if self.value_head is not None:
+            torch.nn.init.zeros_(self.value_head.weight)
+            torch.nn.init.zeros_(self.value_head.bias)
+        self.ref_model = None
+        if cfg.beta > 0:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
+        if self.value_head is not None:
+            groups.append({"params": self.value_head.parameters(), "lr": cfg.critic_learning_rate})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+        self.mi_ema = MIZScoreEMA()
+        self.output_dir = Path(cfg.output_dir)
+        self.iteration = 0
+        self.think_ids = list(tokenizer("<think>", add_special_tokens=False)["input_ids"])
+        if cfg.resume_from_checkpoint:
+            self._load_checkpoint(cfg.resume_from_checkpoint)
+        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration)
+
+    # ==========================================================================================
+    def train(self) -> list[dict]:
+        cfg = self.config
+        history = []
+        bar = _progress_bar(cfg.num_iterations, self.iteration)
+        while self.iteration < cfg.num_iterations:
+            metrics = self.iteration_step()
+            self.iteration += 1
+            metrics["iteration"] = self.iteration
+            self.logger.log(metrics)
+            history.append(metrics)
+            for callback in self.callbacks:
+                callback.on_iteration_end(self, self.iteration, metrics)
+            if bar:
+                bar.update(1)
+                bar.set_postfix({k.split("/")[-1]: f"{metrics.get(k, float('nan')):.3f}" for k in
+                                 ("rollout/success", "mi/retrieval_acc", "filter/kept_ratio")})
+            if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
+                self.logger.print_row(metrics)
+            if cfg.save_steps and self.iteration % cfg.save_steps == 0:
+                self.save_checkpoint()
+        if bar:
+            bar.close()
+        if not cfg.save_steps or self.iteration % cfg.save_steps:
+            self.save_checkpoint()
+        return history
+
+    def iteration_step(self) -> dict:
+        cfg = self.config
+        start = time.perf_counter()
+        self.model.eval()
+        trajectories = self.runner.collect()
+        metrics = _rollout_metrics(trajectories)
+        metrics["time/rollout_s"] = time.perf_counter() - start
+
+        if cfg.mi_every and self.iteration % cfg.mi_every == 0:
+            mi_start = time.perf_counter()
+            metrics.update(self.mi_diagnostics(trajectories))
+            metrics["time/mi_s"] = time.perf_counter() - mi_start
+
+        groups = len(self.runner.group_envs)
+        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.num_generations)
+        kept = select_groups(returns, cfg.filter, cfg.filter_value, cfg.filter_metric, cfg.include_zero)
+        metrics.update(filter_stats(returns, kept))
+        if cfg.filter != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
+            warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
+                          f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "
+                          "flat across prompts, so filtering is unlikely to help", stacklevel=2)
+
+        update_start = time.perf_counter()
+        samples = [s for i, t in enumerate(trajectories) for s in trajectory_samples(t, i)]
+        batches = [collate(samples[i:i + cfg.micro_batch_size], self.tokenizer.pad_token_id)
+                   for i in range(0, len(samples), cfg.micro_batch_size)]
+        stats = [self._old_stats(b) for b in batches]
+        metrics["policy/token_entropy"] = _masked_mean([s["entropy"] for s in stats], [b.mask for b in batches])
+        keep = set(kept.tolist())
+        chosen = [i for i, s in enumerate(samples) if s.group in keep]
+        if chosen:
+            metrics.update(self._update(samples, batches, stats, chosen))
+            if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
+                self.rollout_policy.load_weights(self.model.state_dict())
+        metrics["time/update_s"] = time.perf_counter() - update_start
+        metrics["time/iteration_s"] = time.perf_counter() - start
+        if "time/mi_s" in metrics:
+            metrics["time/mi_share"] = metrics["time/mi_s"] / metrics["time/iteration_s"]
+        return metrics
+
+    # -- MI diagnostics ------------------------------------------------------------------------
+    def mi_diagnostics(self, trajectories) -> dict:
+        """First-turn scope: X_i = group i's first prompt up to and including <think>, Z_ik = the
+        first turn's reasoning tokens. Trajectory scope: one turn drawn uniformly per trajectory,
+        each (X, Z) pair its own column."""
+        cfg = self.config
+        out = {}
+        by_group: dict[int, list] = {}
+        for t in trajectories:
+            by_group.setdefault(t.group, []).append(t)
+        prompts, reasonings = [], []
+        for group in sorted(by_group):
+            trajs = [t for t in by_group[group] if t.turns]
+            if not trajs:
+                continue
+            prompts.append(list(trajs[0].turns[0].prompt_ids) + self.think_ids)
+            reasonings.append([t.turns[0].reasoning_ids for t in trajs])
+        total = sum(len(z) for z in reasonings)
+        empty = sum(1 for zs in reasonings for z in zs if not z)
+        out["mi/empty_reasoning_rate"] = empty / total if total else 1.0
+        if total > empty and len(prompts) > 1:
+            loglik, lengths = cross_loglik(self.policy, prompts, reasonings)
+            out.update({f"mi/{k}": v for k, v in mi_metrics(loglik, lengths).items()})
+            out["mi/mi_zscore_ema"] = self.mi_ema.update(loglik, lengths)
+        if cfg.mi_trajectory_pairs:
+            rng = random.Random(cfg.seed * 1_000_003 + self.iteration)
+            pairs = []
+            for t in trajectories:
+                turns = [turn for turn in t.turns if turn.reasoning_ids]
+                if turns:
+                    turn = rng.choice(turns)
+                    pairs.append((turn.reasoning_prompt_ids, turn.reasoning_ids))
+            rng.shuffle(pairs)
+            pairs = pairs[:cfg.mi_trajectory_pairs]
+            if len(pairs) > 1:
+                loglik, lengths = cross_loglik(self.policy, [x for x, _ in pairs], [[z] for _, z in pairs])
+                if loglik.shape[0] > 1:
+                    out.update({f"mi_traj/{k}": v for k, v in mi_metrics(loglik, lengths).items()})
+        return out
+
+    # -- forward passes ------------------------------------------------------------------------
+    def _autocast(self):
+        if _use_bf16(self.config.mixed_precision, self.device):
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _token_outputs(self, model, batch: Batch, values: bool = False):
+        """Log-probs and entropies of the target tokens at the sampling temperature (and values),
+        as (B, T-1) tensors; the LM head runs on generated positions only."""
+        ids, attn = batch.ids.to(self.device), batch.attention.to(self.device)
+        mask = batch.mask.to(self.device).bool()
+        with self._autocast():
+            hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
+            selected = hidden[mask]
+            logits = model.get_output_embeddings()(selected).float() / max(self.config.temperature, 1e-6)
+        logp_all = torch.log_softmax(logits, dim=-1)
+        targets = batch.targets.to(self.device)[mask]
+        logp = torch.zeros(mask.shape, device=self.device)
+        entropy = torch.zeros(mask.shape, device=self.device)
+        logp[mask] = logp_all.gather(-1, targets[:, None])[:, 0]
+        entropy[mask] = -(logp_all.exp() * logp_all).sum(-1)
+        value = None
+        if values:
+            value = torch.zeros(mask.shape, device=self.device)
+            value[mask] = self.value_head(selected.float())[:, 0]
+        return logp, entropy, value
+
+    @torch.no_grad()
+    def _old_stats(self, batch: Batch) -> dict:
+        logp, entropy, value = self._token_outputs(self.model, batch, values=self.value_head is not None)
+        out = {"logp": logp.cpu(), "entropy": entropy.cpu(), "values": None if value is None else value.cpu()}
+        if self.ref_model is not None:
+            out["ref_logp"] = self._token_outputs(self.ref_model, batch)[0].cpu()
+        return out
+
+    # -- the update ----------------------------------------------------------------------------
+    def _advantages(self, samples, batches, stats, chosen) -> dict[int, torch.Tensor]:
+        """Per chosen sample index: a (T-1,) advantage tensor (and PPO returns)."""
+        cfg = self.config
+        mb = cfg.micro_batch_size
+        result = {}
+        if cfg.algorithm == "ppo":
+            advs, rets = {}, {}
+            for i in chosen:
+                b, row = divmod(i, mb)
+                batch, st = batches[b], stats[b]
+                a, r = alg.gae(batch.rewards[row:row + 1], st["values"][row:row + 1], batch.mask[row:row + 1],
+                               cfg.gamma, cfg.lam)
+                advs[i], rets[i] = a[0], r[0]
+            flat = torch.cat([advs[i] for i in chosen])
+            mask = torch.cat([batches[i // mb].mask[i % mb] for i in chosen])
+            white = alg.whiten(flat, mask)
+            offset = 0
+            for i in chosen:
+                n = advs[i].numel()
+                result[i] = (white[offset:offset + n], rets[i])
+                offset += n
+            return result
+        returns = torch.tensor([samples[i].episode_return for i in chosen], dtype=torch.float64)
+        groups = torch.tensor([samples[i].group for i in chosen])
+        seq_adv = alg.group_advantages(returns, groups, cfg.scale_rewards)
+        for i, a in zip(chosen, seq_adv):
+            mask = batches[i // mb].mask[i % mb]
+            result[i] = (float(a) * mask, None)
+        return result
+
+    def _update(self, samples, batches, stats, chosen) -> dict:
+        cfg = self.config
+        mb = cfg.micro_batch_size
+        advantages = self._advantages(samples, batches, stats, chosen)
+        self.model.train()
+        shuffle = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.iteration)
+        max_length = cfg.max_turns * cfg.max_completion_length
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        steps = []  # per optimizer step: the loss parts summed over its micro-batches
+        for _ in range(cfg.ppo_epochs):
+            order = [chosen[j] for j in torch.randperm(len(chosen), generator=shuffle).tolist()]
+            for minibatch in np.array_split(np.array(order), cfg.num_minibatches):
+                if len(minibatch) == 0:
+                    continue
+                masks = [batches[i // mb].mask[i % mb] for i in minibatch]
+                norm = alg.Normalizer(sequences=sum(int(m.sum() > 0) for m in masks),
+                                      tokens=int(sum(m.sum() for m in masks)), max_length=max_length)
+                self.optimizer.zero_grad(set_to_none=True)
+                step: dict[str, float] = {}
+                for start in range(0, len(minibatch), mb):
+                    indices = [int(i) for i in minibatch[start:start + mb]]
+                    for key, value in self._micro_loss(indices, samples, stats, advantages, norm).items():
+                        step[key] = step.get(key, 0.0) + value
+                step["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+                self.optimizer.step()
+                steps.append(step)
+        self.model.eval()
+        metrics = {key: float(np.mean([s[key] for s in steps])) for key in steps[0]}
+        metrics["loss/updates"] = float(len(steps))
+        return metrics
+
+    def _micro_loss(self, indices, samples, stats, advantages, norm) -> dict[str, float]:
+        """Backward on a micro-batch's share of the minibatch loss; return its parts."""
+        cfg = self.config
+        mb = cfg.micro_batch_size
+        batch = collate([samples[i] for i in indices], self.tokenizer.pad_token_id)
+        width = batch.mask.shape[1]
+
+        def stack(rows):  # per-sample (T_i-1,) tensors -> this micro-batch's (B, T-1)
+            return torch.stack([_pad(r, width) for r in rows]).to(self.device).float()
+
+        def pick(key):
+            return stack([stats[i // mb][key][i % mb] for i in indices])
+
+        old_logp = pick("logp")
+        mask = batch.mask.to(self.device)
+        adv = stack([advantages[i][0] for i in indices])
+        logp, entropy, values = self._token_outputs(self.model, batch, values=cfg.algorithm == "ppo")
+        policy_tok, clipped = alg.clipped_policy_loss(logp, old_logp, adv, cfg.epsilon, cfg.epsilon_high)
+        loss = alg.aggregate(policy_tok, mask, cfg.loss_type, norm)
+        parts = {"loss/policy": loss.item(), "loss/clip_frac": alg.aggregate(clipped, mask, "dapo", norm).item(),
+                 "loss/approx_kl": alg.aggregate(old_logp - logp.detach(), mask, "dapo", norm).item()}
+        if cfg.beta > 0:
+            kl = alg.aggregate(alg.kl_k3(logp, pick("ref_logp")), mask, cfg.loss_type, norm)
+            loss = loss + cfg.beta * kl
+            parts["loss/kl"] = kl.item()
+        ent = alg.aggregate(entropy, mask, cfg.loss_type, norm)
+        parts["loss/entropy"] = ent.item()
+        if cfg.entropy_coef:
+            loss = loss - cfg.entropy_coef * ent
+        if cfg.algorithm == "ppo":
+            returns = stack([advantages[i][1] for i in indices])
+            vloss = alg.aggregate(alg.clipped_value_loss(values, pick("values"), returns, cfg.cliprange_value),
+                                  mask, "dapo", norm)
+            loss = loss + cfg.vf_coef * vloss
+            parts["loss/value"] = vloss.item()
+        loss.backward()
+        parts["loss/total"] = loss.item()
+        return parts
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        path = self.output_dir / f"checkpoint-{self.iteration}"
+        tmp = self.output_dir / f".checkpoint-{self.iteration}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        state = {"optimizer": self.optimizer.state_dict(),
+                 "value_head": None if self.value_head is None else self.value_head.state_dict(),
+                 "ref_model": None if self.ref_model is None else self.ref_model.state_dict()}
+        torch.save(state, tmp / "trainer.pt")
+        meta = {"iteration": self.iteration, "next_seed": self.runner.next_seed, "calls": self.runner.calls,
+                "mi_ema": self.mi_ema.state_dict(), "config": asdict(self.config)}
+        (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)  # a checkpoint folder is complete or absent
+        return path
+
+    def _load_checkpoint(self, where: str) -> None:
+        path = Path(where)
+        if where == "latest":
+            found = sorted(self.output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+            if not found:
+                raise FileNotFoundError(f"no checkpoint-* in {self.output_dir} to resume from")
+            path = found[-1]
+        if not (path / "trainer_state.json").is_file():
+            raise FileNotFoundError(f"{path} is not a checkpoint (no trainer_state.json)")
+        from safetensors.torch import load_file
+
+        weights = load_file(str(path / "model.safetensors"))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or any("lm_head" not in m for m in missing):  # tied lm_head may be absent
+            raise ValueError(f"checkpoint {path} does not fit the model: {missing[:3]} {unexpected[:3]}")
+        state = torch.load(path / "trainer.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
+        if self.ref_model is not None and state["ref_model"] is not None:
+            self.ref_model.load_state_dict(state["ref_model"])
+        meta = json.loads((path / "trainer_state.json").read_text())
+        self.iteration = meta["iteration"]
+        self.runner.next_seed, self.runner.calls = meta["next_seed"], meta["calls"]
+        self.mi_ema.load_state_dict(meta["mi_ema"])
+
+
+def _use_bf16(setting: str, device: torch.device) -> bool:
+    if setting != "auto":
+        return setting == "bf16"
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _pad(x: torch.Tensor, length: int) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, length - x.shape[0]))
+
+
+def _masked_mean(values: list[torch.Tensor], masks: list[torch.Tensor]) -> float:
+    total = sum(float((v * m).sum()) for v, m in zip(values, masks))
+    count = sum(float(m.sum()) for m in masks)
+    return total / count if count else 0.0
+
+
+def _rollout_metrics(trajectories) -> dict:
+    n = len(trajectories)
+    returns = np.array([t.episode_return for t in trajectories])
+    return {
+        "rollout/success": sum(t.success for t in trajectories) / n,
+        "rollout/return_mean": float(returns.mean()),
+        "rollout/return_std": float(returns.std()),
+        "rollout/format_valid": sum(t.format_valid for t in trajectories) / n,
+        "rollout/turns": sum(t.num_turns for t in trajectories) / n,
+        "rollout/response_length": sum(t.response_length for t in trajectories) / n,
+    }
+
+
+def _progress_bar(total: int, done: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=done, unit="it", leave=False)
