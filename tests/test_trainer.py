@@ -165,3 +165,27 @@ def test_sequences_mask_only_generated_tokens():
 def test_bad_config_values(kwargs):
     with pytest.raises(ValueError):
         TrainerConfig(**kwargs)
+
+
+def test_group_advantages_are_per_trajectory_across_segments(tokenizer, tmp_path):
+    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path), tokenizer=tokenizer)
+
+    def turn(prompt, response):
+        return Turn(prompt_ids=prompt, response_ids=response, logprobs=[0] * len(response), response="",
+                    reasoning=None, actions=[], reward=0, format_ok=True, finish_reason="stop")
+
+    split = Trajectory("x", 0, 0, [], [turn([1, 2], [3]), turn([9], [4, 5])], episode_return=1.0)  # 2 segments
+    trajs = [split, Trajectory("x", 0, 0, [], [turn([1, 2], [6])], episode_return=3.0),
+             Trajectory("x", 1, 1, [], [turn([7], [8])], episode_return=2.0),
+             Trajectory("x", 1, 1, [], [turn([7], [8, 8])], episode_return=2.0)]
+    samples = [s for i, t in enumerate(trajs) for s in trajectory_samples(t, i)]
+    assert len(samples) == 5
+    mb = trainer.config.micro_batch_size
+    batches = [collate(samples[i:i + mb], tokenizer.pad_token_id) for i in range(0, len(samples), mb)]
+    adv = trainer._advantages(samples, batches, None, list(range(5)))
+    expected = [-2 ** -0.5, -2 ** -0.5, 2 ** -0.5, 0.0, 0.0]  # group 0: (1, 3) -> -/+ 1/sqrt(2); group 1 equal
+    for i, value in enumerate(expected):
+        mask = batches[i // mb].mask[i % mb]
+        values = adv[i][0][mask.bool()]
+        assert len(values) >= 1 and torch.allclose(values, torch.tensor(value), atol=1e-5)
+        assert (adv[i][0][~mask.bool()] == 0).all()

@@ -64,13 +64,12 @@ class Trainer:
                  rollout_policy=None):
         self.config = cfg = config or TrainerConfig()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model_path = None
         if model is None or isinstance(model, (str, Path)):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            self.model_path = resolve_model(model)
-            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(self.model_path)
+            path = resolve_model(model)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
         if tokenizer is None:
             raise ValueError("pass the tokenizer together with a loaded model")
         self.model = model.to(self.device).float()  # fp32 master weights
@@ -269,12 +268,16 @@ class Trainer:
                 result[i] = (white[offset:offset + n], rets[i])
                 offset += n
             return result
-        returns = torch.tensor([samples[i].episode_return for i in chosen], dtype=torch.float64)
-        groups = torch.tensor([samples[i].group for i in chosen])
-        seq_adv = alg.group_advantages(returns, groups, cfg.scale_rewards)
-        for i, a in zip(chosen, seq_adv):
-            mask = batches[i // mb].mask[i % mb]
-            result[i] = (float(a) * mask, None)
+        # One advantage per trajectory (a trajectory split by the context cap counts once), given to
+        # every generated token of its sequences.
+        first = {}
+        for i in chosen:
+            first.setdefault(samples[i].trajectory, samples[i])
+        returns = torch.tensor([s.episode_return for s in first.values()], dtype=torch.float64)
+        groups = torch.tensor([s.group for s in first.values()])
+        per_trajectory = dict(zip(first, alg.group_advantages(returns, groups, cfg.scale_rewards).tolist()))
+        for i in chosen:
+            result[i] = (per_trajectory[samples[i].trajectory] * batches[i // mb].mask[i % mb], None)
         return result
 
     def _update(self, samples, batches, stats, chosen) -> dict:
