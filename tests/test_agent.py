@@ -243,3 +243,13 @@ def test_no_think_mode_says_why_a_reply_was_invalid():
     assert "no <answer>...</answer> found" in chat.messages[-1]["content"]
     chat.step("<answer> </answer>")
     assert "the answer held no action" in chat.messages[-1]["content"]
+
+
+def test_group_members_share_the_start_but_not_the_slips(scripted):
+    policy = scripted(["<think>a</think><answer>Left || Right</answer>"])
+    config = RolloutConfig(n_groups=1, group_size=6, max_turns=3,
+                           env_kwargs={"Ragen/FrozenLake-v0": {"slip": 0.8, "size": 6, "p": 1.0}})
+    trajs = RolloutRunner("Ragen/FrozenLake-v0", policy, config).collect()
+    assert len({t.messages[1]["content"] for t in trajs}) == 1  # one initial state
+    later = {tuple(m["content"] for m in t.messages[2:]) for t in trajs}
+    assert len(later) > 1  # the same actions slipped differently

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent import prompts
@@ -62,8 +63,13 @@ class ChatEnv:
         self.episode_return = 0.0
 
     # -- episode ---------------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> list[dict[str, str]]:
+    def reset(self, seed: int | None = None, transition_seed: int | None = None) -> list[dict[str, str]]:
+        """Start an episode; ``seed`` fixes the initial state. ``transition_seed`` reseeds the env's
+        random generator after the reset, so envs sharing an initial state still draw their own
+        random transitions."""
         obs, info = self.env.reset(seed=seed)
+        if transition_seed is not None:
+            self.env.unwrapped.np_random = np.random.default_rng(transition_seed)
         self.turns, self.done, self.success, self.episode_return = [], False, False, 0.0
         self.reset_info = info
         c = self.config

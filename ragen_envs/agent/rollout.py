@@ -1,7 +1,8 @@
 """Grouped multi-turn rollouts: P prompt groups x G samples, batched across envs each turn.
 
-The G envs of a group are reset with the same seed (one initial state); groups get different
-seeds, and the seeds advance between calls so training never sees a batch twice. Each turn the
+The G envs of a group are reset with the same seed (one initial state), then each draws its own
+random transitions (FrozenLake's slip); groups get different seeds, and the seeds advance between
+calls so training never sees a batch twice. Each turn the
 prompts of all unfinished episodes go to the policy in one ``generate`` call; finished episodes
 drop out. Envs step in a thread pool when ``env_workers > 1`` (slow envs: code execution, search).
 
@@ -92,7 +93,9 @@ class RolloutRunner:
         trajectories = []
         for i, env in enumerate(envs):
             group = i // g
-            messages = env.reset(seed=seeds[group])
+            # Same initial state within a group; each sample then draws its own transitions (slip).
+            transitions = int(np.random.SeedSequence([seeds[group], i % g]).generate_state(1)[0])
+            messages = env.reset(seed=seeds[group], transition_seed=transitions)
             trajectories.append(Trajectory(env_id=env.env_id, group=group, seed=seeds[group], messages=messages))
         prompts: list[list[int] | None] = [None] * len(envs)
         dropped = [0] * len(envs)
@@ -109,8 +112,11 @@ class RolloutRunner:
                 sampling = replace(c.sampling, seed=self._sampling_seed(turn))
                 generations = policy.generate([prompts[i] for i in active], sampling)
                 replies = [gen.text for gen in generations]
-                step = (lambda pair: envs[pair[0]].step(pair[1]))
-                records = list(pool.map(step, zip(active, replies)) if pool else map(step, zip(active, replies)))
+
+                def step(pair):
+                    return envs[pair[0]].step(pair[1])
+
+                records = list((pool.map if pool else map)(step, zip(active, replies)))
                 for i, gen, record in zip(active, generations, records):
                     start, end = think_span(tok, gen.token_ids) if c.enable_think else (None, None)
                     trajectories[i].turns.append(Turn(
