@@ -230,3 +230,19 @@ def test_openai_score_needs_prompt_logprobs(server, tokenizer):
                                                           {"3": {"logprob": -2.0}}, {"4": {"logprob": -3.0}}]}]}
     s2 = server([(200, good, 0)])
     np.testing.assert_allclose(_client(tokenizer, s2.url).score([1, 2], [[3, 4]])[0], [-2.0, -3.0])
+
+
+def test_finished_rows_leave_the_batch(tiny_policy):
+    def sampling(seed):  # row i of a batch samples with seed + i
+        return SamplingConfig(temperature=1.0, max_new_tokens=8, stop=[], seed=seed)
+
+    other = [{"role": "user", "content": "A different and somewhat longer question about the lake?"}]
+    a_alone = tiny_policy.generate([CHAT], sampling(5))[0]
+    b_alone = tiny_policy.generate([other], sampling(6))[0]
+    cut = next(k for k, t in enumerate(a_alone.token_ids) if t not in b_alone.token_ids)
+    assert cut < 7  # row a really leaves the batch before b is done
+    tiny_policy.eos_ids = tiny_policy.eos_ids | {a_alone.token_ids[cut]}  # row a ends at step cut + 1
+    a, b = tiny_policy.generate([CHAT, other], sampling(5))
+    assert a.token_ids == a_alone.token_ids[:cut + 1] and a.finish_reason == "stop"
+    assert b.token_ids == b_alone.token_ids and b.finish_reason == "length"
+    np.testing.assert_allclose(tiny_policy.score(b.prompt_ids, [b.token_ids])[0], b.logprobs, atol=1e-4)

@@ -130,10 +130,12 @@ class TransformersPolicy(Policy):
                     keep.append(k)
             if not keep or len(tokens[active[0]]) >= sampling.max_new_tokens:
                 break
-            if len(keep) < len(active):
-                index = torch.tensor(keep, device=device)
+            if len(keep) < len(active):  # drop finished rows from the batch and its cache
+                index = torch.tensor(keep)
+                chosen = chosen[index]  # sampled on the CPU
+                index = index.to(device)
                 cache.batch_select_indices(index)
-                mask, positions, chosen = mask[index], positions[index], chosen[index]
+                mask, positions = mask[index], positions[index]
                 active = [active[k] for k in keep]
             mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
             positions = positions[:, -1:] + 1
