@@ -62,16 +62,19 @@ class MetricsLogger:
             writer.writeheader()
             writer.writerows(self.records)
 
-    def print_row(self, metrics: dict) -> None:
+    def table_row(self, metrics: dict) -> str:
+        """The metrics table's line for this iteration, preceded by the header the first time."""
+        lines = []
         if not self._printed_header:
-            print(" ".join(f"{h:>8s}" for _, h in TABLE), flush=True)
+            lines.append(" ".join(f"{h:>8s}" for _, h in TABLE))
             self._printed_header = True
         cells = []
         for key, _ in TABLE:
             value = metrics.get(key)
             cells.append(f"{'-':>8s}" if value is None else f"{value:8d}" if key == "iteration"
                          else f"{value:8.3f}")
-        print(" ".join(cells), flush=True)
+        lines.append(" ".join(cells))
+        return "\n".join(lines)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

@@ -27,6 +27,7 @@ import copy
 import json
 import random
 import shutil
+import sys
 import time
 import warnings
 from contextlib import nullcontext
@@ -121,7 +122,11 @@ class Trainer:
                 bar.set_postfix({k.split("/")[-1]: f"{metrics.get(k, float('nan')):.3f}" for k in
                                  ("rollout/success", "mi/retrieval_acc", "filter/kept_ratio")})
             if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
-                self.logger.print_row(metrics)
+                row = self.logger.table_row(metrics)
+                if bar:
+                    bar.write(row)  # above the progress bar, not through it
+                else:
+                    print(row, flush=True)
             if cfg.save_steps and self.iteration % cfg.save_steps == 0:
                 self.save_checkpoint()
         if bar:
@@ -434,4 +439,4 @@ def _progress_bar(total: int, done: int):
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, initial=done, unit="it", leave=False)
+    return tqdm(total=total, initial=done, unit="it", leave=False, file=sys.stdout)
