@@ -62,6 +62,7 @@ lint: $(DEV)
 bench: $(DEV)
 	$(PY) benchmarks/env_throughput.py
 	$(PY) benchmarks/rollout_throughput.py
+	$(PY) benchmarks/precision.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) demo_out build *.egg-info

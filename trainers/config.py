@@ -47,7 +47,8 @@ class TrainerConfig:
     num_minibatches: int = 1  # optimizer steps per epoch
     micro_batch_size: int = 2  # sequences per forward/backward (gradient accumulation)
     # "bf16": fp32 master weights with bf16 autocast; "no": fp32 throughout; "auto": bf16 on GPUs and on
-    # CPUs with native bf16 (avx512_bf16 / amx), else fp32 (bf16 emulation made an iteration 3.6x slower here)
+    # CPUs with native bf16 (avx512_bf16 / amx), else fp32 (benchmarks/precision.py: without native bf16
+    # a forward+backward ran 27x slower under bf16 autocast here)
     mixed_precision: str = "auto"
 
     # -- the objective -----------------------------------------------------------------------

@@ -58,6 +58,7 @@ class ChatEnv:
         self.valid_actions = getattr(base, "valid_actions", None)
         self.messages: list[dict[str, str]] = []
         self.turns: list[TurnRecord] = []
+        self.reset_info: dict = {}  # the env's info at the last reset (e.g. optimal_solution_length)
         self.done = False
         self.success = False
         self.episode_return = 0.0
