@@ -18,7 +18,12 @@ of optimizer steps per iteration stays ``ppo_epochs * num_minibatches``: filteri
 effective minibatch, not the step (the paper's rho-scaled loss with a rho-shrunk minibatch amounts
 to the same). A batch where nothing is kept (total RV = 0 under top_p) is skipped and logged so.
 
-Training runs in one process, on CPU or one GPU.
+Several processes (``torchrun --nproc_per_node N -m ragen_envs.cli train ...``) train data-parallel
+with PyTorch's DistributedDataParallel: each rank rolls out its own P groups (its own seeds), the
+filter ranks all ranks' groups together, each rank updates on its own kept groups, and gradients are
+summed across ranks with the loss normalisers of the whole batch, so N ranks x P groups train like one
+process with N x P groups. Rank 0 logs its own rollout metrics and the global filter statistics, and
+writes the checkpoints.
 """
 
 from __future__ import annotations
@@ -48,6 +53,31 @@ from trainers.logging import MetricsLogger
 from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
 
 
+class TokenScorer(torch.nn.Module):
+    """Log-probs and entropies of the target tokens at the sampling temperature (and PPO values), as
+    (B, T-1) tensors. The LM head runs on generated positions only. One module, so that DDP wraps
+    everything a loss depends on."""
+
+    def __init__(self, model, value_head=None, temperature: float = 1.0):
+        super().__init__()
+        self.model, self.value_head, self.temperature = model, value_head, max(temperature, 1e-6)
+
+    def forward(self, ids, attention, mask, targets):
+        hidden = self.model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
+        selected = hidden[mask]
+        logits = self.model.get_output_embeddings()(selected).float() / self.temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = torch.zeros(mask.shape, device=ids.device)
+        entropy = torch.zeros(mask.shape, device=ids.device)
+        logp[mask] = logp_all.gather(-1, targets[mask][:, None])[:, 0]
+        entropy[mask] = -(logp_all.exp() * logp_all).sum(-1)
+        value = None
+        if self.value_head is not None:
+            value = torch.zeros(mask.shape, device=ids.device)
+            value[mask] = self.value_head(selected.float())[:, 0]
+        return logp, entropy, value
+
+
 class Trainer:
     """Args:
         model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default.
@@ -64,7 +94,9 @@ class Trainer:
                  config: TrainerConfig | None = None, tokenizer=None, callbacks=(), device: str | None = None,
                  rollout_policy=None):
         self.config = cfg = config or TrainerConfig()
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.rank, self.world = _init_distributed()
+        default = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device or default)
         if model is None or isinstance(model, (str, Path)):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -81,7 +113,8 @@ class Trainer:
         self.runner = RolloutRunner(env, self.rollout_policy, RolloutConfig(
             n_groups=cfg.num_prompts, group_size=cfg.num_generations, max_turns=cfg.max_turns,
             max_actions_per_turn=cfg.max_actions_per_turn, enable_think=cfg.enable_think,
-            format_penalty=cfg.format_penalty, env_kwargs=cfg.env_kwargs, seed=cfg.seed,
+            format_penalty=cfg.format_penalty, env_kwargs=cfg.env_kwargs,
+            seed=cfg.seed + self.rank * RANK_SEED_STRIDE,  # each rank rolls out its own groups
             sampling=SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
                                     max_new_tokens=cfg.max_completion_length, seed=cfg.seed)))
         hidden = self.model.config.hidden_size
@@ -92,6 +125,14 @@ class Trainer:
         self.ref_model = None
         if cfg.beta > 0:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.ref_scorer = TokenScorer(self.ref_model, None, cfg.temperature)
+        self.scorer = TokenScorer(self.model, self.value_head, cfg.temperature)
+        self.train_scorer = self.scorer
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_scorer = DistributedDataParallel(self.scorer, device_ids=ids)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.value_head is not None:
             groups.append({"params": self.value_head.parameters(), "lr": cfg.critic_learning_rate})
@@ -102,21 +143,24 @@ class Trainer:
         self.think_ids = list(tokenizer("<think>", add_special_tokens=False)["input_ids"])
         if cfg.resume_from_checkpoint:
             self._load_checkpoint(cfg.resume_from_checkpoint)
-        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration)
+        # Only rank 0 writes metrics and checkpoints.
+        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) if self.rank == 0 else None
 
     # ==========================================================================================
     def train(self) -> list[dict]:
         cfg = self.config
         history = []
-        bar = _progress_bar(cfg.num_iterations, self.iteration)
+        bar = _progress_bar(cfg.num_iterations, self.iteration) if self.rank == 0 else None
         while self.iteration < cfg.num_iterations:
             metrics = self.iteration_step()
             self.iteration += 1
             metrics["iteration"] = self.iteration
-            self.logger.log(metrics)
             history.append(metrics)
             for callback in self.callbacks:
                 callback.on_iteration_end(self, self.iteration, metrics)
+            if self.logger is None:
+                continue
+            self.logger.log(metrics)
             if bar:
                 bar.update(1)
                 bar.set_postfix({k.split("/")[-1]: f"{metrics.get(k, float('nan')):.3f}" for k in
@@ -131,7 +175,7 @@ class Trainer:
                 self.save_checkpoint()
         if bar:
             bar.close()
-        if not cfg.save_steps or self.iteration % cfg.save_steps:
+        if self.rank == 0 and (not cfg.save_steps or self.iteration % cfg.save_steps):
             self.save_checkpoint()
         return history
 
@@ -150,8 +194,12 @@ class Trainer:
 
         groups = len(self.runner.group_envs)
         returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.num_generations)
-        kept = select_groups(returns, cfg.filter, cfg.filter_value, cfg.filter_metric, cfg.include_zero)
-        metrics.update(filter_stats(returns, kept))
+        # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
+        everywhere = _all_gather_rows(returns, self.world)
+        kept_global = select_groups(everywhere, cfg.filter, cfg.filter_value, cfg.filter_metric, cfg.include_zero)
+        metrics.update(filter_stats(everywhere, kept_global))
+        kept = kept_global[(kept_global >= self.rank * groups) & (kept_global < (self.rank + 1) * groups)]
+        kept = kept - self.rank * groups
         if cfg.filter != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
             warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
                           f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "
@@ -165,7 +213,7 @@ class Trainer:
         metrics["policy/token_entropy"] = _masked_mean([s["entropy"] for s in stats], [b.mask for b in batches])
         keep = set(kept.tolist())
         chosen = [i for i, s in enumerate(samples) if s.group in keep]
-        if chosen:
+        if len(kept_global):
             metrics.update(self._update(samples, batches, stats, chosen))
             if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
                 self.rollout_policy.load_weights(self.model.state_dict())
@@ -221,33 +269,17 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _token_outputs(self, model, batch: Batch, values: bool = False):
-        """Log-probs and entropies of the target tokens at the sampling temperature (and values),
-        as (B, T-1) tensors; the LM head runs on generated positions only."""
+    def _token_outputs(self, scorer, batch: Batch):
         ids, attn = batch.ids.to(self.device), batch.attention.to(self.device)
-        mask = batch.mask.to(self.device).bool()
         with self._autocast():
-            hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]
-            selected = hidden[mask]
-            logits = model.get_output_embeddings()(selected).float() / max(self.config.temperature, 1e-6)
-        logp_all = torch.log_softmax(logits, dim=-1)
-        targets = batch.targets.to(self.device)[mask]
-        logp = torch.zeros(mask.shape, device=self.device)
-        entropy = torch.zeros(mask.shape, device=self.device)
-        logp[mask] = logp_all.gather(-1, targets[:, None])[:, 0]
-        entropy[mask] = -(logp_all.exp() * logp_all).sum(-1)
-        value = None
-        if values:
-            value = torch.zeros(mask.shape, device=self.device)
-            value[mask] = self.value_head(selected.float())[:, 0]
-        return logp, entropy, value
+            return scorer(ids, attn, batch.mask.to(self.device).bool(), batch.targets.to(self.device))
 
     @torch.no_grad()
     def _old_stats(self, batch: Batch) -> dict:
-        logp, entropy, value = self._token_outputs(self.model, batch, values=self.value_head is not None)
+        logp, entropy, value = self._token_outputs(self.scorer, batch)
         out = {"logp": logp.cpu(), "entropy": entropy.cpu(), "values": None if value is None else value.cpu()}
         if self.ref_model is not None:
-            out["ref_logp"] = self._token_outputs(self.ref_model, batch)[0].cpu()
+            out["ref_logp"] = self._token_outputs(self.ref_scorer, batch)[0].cpu()
         return out
 
     # -- the update ----------------------------------------------------------------------------
@@ -256,6 +288,8 @@ class Trainer:
         cfg = self.config
         mb = cfg.micro_batch_size
         result = {}
+        if not chosen:
+            return result
         if cfg.algorithm == "ppo":
             advs, rets = {}, {}
             for i in chosen:
@@ -296,25 +330,40 @@ class Trainer:
         steps = []  # per optimizer step: the loss parts summed over its micro-batches
         for _ in range(cfg.ppo_epochs):
             order = [chosen[j] for j in torch.randperm(len(chosen), generator=shuffle).tolist()]
-            for minibatch in np.array_split(np.array(order), cfg.num_minibatches):
-                if len(minibatch) == 0:
-                    continue
+            for minibatch in np.array_split(np.array(order, dtype=int), cfg.num_minibatches):
                 masks = [batches[i // mb].mask[i % mb] for i in minibatch]
-                norm = alg.Normalizer(sequences=sum(int(m.sum() > 0) for m in masks),
-                                      tokens=int(sum(m.sum() for m in masks)), max_length=max_length)
+                # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
+                # must run as many backward passes as the others, or DDP waits forever.
+                sequences, tokens, micro = _all_reduce(
+                    [sum(int(m.sum() > 0) for m in masks), int(sum(m.sum() for m in masks)),
+                     -(-len(minibatch) // mb)], self.world)
+                if tokens == 0:
+                    continue
+                norm = alg.Normalizer(sequences=sequences, tokens=tokens, max_length=max_length)
                 self.optimizer.zero_grad(set_to_none=True)
                 step: dict[str, float] = {}
-                for start in range(0, len(minibatch), mb):
-                    indices = [int(i) for i in minibatch[start:start + mb]]
+                for k in range(micro):
+                    indices = [int(i) for i in minibatch[k * mb:(k + 1) * mb]]
+                    if not indices:  # this rank has run out: a pass that adds nothing
+                        self._idle_backward(samples)
+                        continue
                     for key, value in self._micro_loss(indices, samples, stats, advantages, norm).items():
                         step[key] = step.get(key, 0.0) + value
                 step["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
                 self.optimizer.step()
                 steps.append(step)
         self.model.eval()
-        metrics = {key: float(np.mean([s[key] for s in steps])) for key in steps[0]}
+        keys = {key for step in steps for key in step}
+        metrics = {key: float(np.mean([s[key] for s in steps if key in s])) for key in keys}
         metrics["loss/updates"] = float(len(steps))
         return metrics
+
+    def _idle_backward(self, samples) -> None:
+        """A zero-gradient pass, so this rank joins the others' gradient all-reduce."""
+        batch = collate(samples[:1], self.tokenizer.pad_token_id)
+        logp, entropy, values = self._token_outputs(self.train_scorer, batch)
+        zero = 0.0 * (logp.sum() + entropy.sum() + (values.sum() if values is not None else 0.0))
+        zero.backward()
 
     def _micro_loss(self, indices, samples, stats, advantages, norm) -> dict[str, float]:
         """Backward on a micro-batch's share of the minibatch loss; return its parts."""
@@ -332,7 +381,7 @@ class Trainer:
         old_logp = pick("logp")
         mask = batch.mask.to(self.device)
         adv = stack([advantages[i][0] for i in indices])
-        logp, entropy, values = self._token_outputs(self.model, batch, values=cfg.algorithm == "ppo")
+        logp, entropy, values = self._token_outputs(self.train_scorer, batch)
         policy_tok, clipped = alg.clipped_policy_loss(logp, old_logp, adv, cfg.epsilon, cfg.epsilon_high)
         loss = alg.aggregate(policy_tok, mask, cfg.loss_type, norm)
         parts = {"loss/policy": loss.item(), "loss/clip_frac": alg.aggregate(clipped, mask, "dapo", norm).item(),
@@ -351,12 +400,16 @@ class Trainer:
                                   mask, "dapo", norm)
             loss = loss + cfg.vf_coef * vloss
             parts["loss/value"] = vloss.item()
-        loss.backward()
+        # DDP averages gradients over ranks; the loss is a share of the all-rank sum, so undo the mean.
+        (loss * self.world).backward()
         parts["loss/total"] = loss.item()
         return parts
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self) -> Path | None:
+        """Write ``checkpoint-<iteration>`` in the output folder (rank 0 only)."""
+        if self.rank != 0:
+            return None
         path = self.output_dir / f"checkpoint-{self.iteration}"
         tmp = self.output_dir / f".checkpoint-{self.iteration}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -367,7 +420,7 @@ class Trainer:
         state = {"optimizer": self.optimizer.state_dict(),
                  "value_head": None if self.value_head is None else self.value_head.state_dict()}
         torch.save(state, tmp / "trainer.pt")
-        meta = {"iteration": self.iteration, "next_seed": self.runner.next_seed, "calls": self.runner.calls,
+        meta = {"iteration": self.iteration, "calls": self.runner.calls,
                 "mi_ema": self.mi_ema.state_dict(), "config": asdict(self.config)}
         (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
         shutil.rmtree(path, ignore_errors=True)
@@ -395,8 +448,51 @@ class Trainer:
             self.value_head.load_state_dict(state["value_head"])
         meta = json.loads((path / "trainer_state.json").read_text())
         self.iteration = meta["iteration"]
-        self.runner.next_seed, self.runner.calls = meta["next_seed"], meta["calls"]
+        # Every rank continues its own seed sequence from the call count.
+        self.runner.calls = meta["calls"]
+        self.runner.next_seed = self.runner.config.seed + meta["calls"] * len(self.runner.group_envs)
         self.mi_ema.load_state_dict(meta["mi_ema"])
+
+
+RANK_SEED_STRIDE = 1_000_003  # rank r's env seeds start at seed + r * stride
+
+
+def _init_distributed() -> tuple[int, int]:
+    """(rank, world size). Under torchrun (WORLD_SIZE > 1) the process group is started here:
+    NCCL on GPUs, gloo on CPUs."""
+    import os
+
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _all_gather_rows(array: np.ndarray, world: int) -> np.ndarray:
+    """Rows of every rank's equally shaped array, rank order."""
+    if world == 1:
+        return array
+    import torch.distributed as dist
+
+    parts = [None] * world
+    dist.all_gather_object(parts, array)
+    return np.concatenate(parts)
+
+
+def _all_reduce(values: list[int], world: int) -> list[int]:
+    """Sums of the first values and the max of the last across ranks."""
+    if world == 1:
+        return values
+    import torch.distributed as dist
+
+    parts = [None] * world
+    dist.all_gather_object(parts, values)
+    return [sum(p[i] for p in parts) for i in range(len(values) - 1)] + [max(p[-1] for p in parts)]
 
 
 def _use_bf16(setting: str, device: torch.device) -> bool:
