@@ -22,7 +22,7 @@ Several processes (``torchrun --nproc_per_node N -m ragen_envs.cli train ...``) 
 with PyTorch's DistributedDataParallel: each rank rolls out its own P groups (its own seeds), the
 filter ranks all ranks' groups together, each rank updates on its own kept groups, and gradients are
 summed across ranks with the loss normalisers of the whole batch, so N ranks x P groups train like one
-process with N x P groups. Rank 0 logs its own rollout metrics and the global filter statistics, and
+process with N x P groups (except PPO's advantage whitening, which stays per rank). Rank 0 logs its own rollout metrics and the global filter statistics, and
 writes the checkpoints.
 """
 
