@@ -132,7 +132,8 @@ def cmd_train(args) -> int:
     )
     trainer = Trainer(args.model, env_mix(args.env, args.groups), config)
     trainer.train()
-    print(f"metrics: {config.output_dir}/metrics.jsonl, plot: {plot_run(config.output_dir)}")
+    if trainer.rank == 0:  # under torchrun, one process reports
+        print(f"metrics: {config.output_dir}/metrics.jsonl, plot: {plot_run(config.output_dir)}")
     return 0
 
 
