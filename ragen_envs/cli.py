@@ -22,30 +22,26 @@ def env_mix(values: list[str], groups: int) -> dict[str, int]:
     return mix
 
 
+# Table columns: (header, key of ragen_envs.agent.trajectory.summarize)
+COLUMNS = [("episodes", "episodes"), ("success", "success"), ("return", "return_mean"),
+           ("format_valid", "format_valid"), ("turns", "turns"), ("response_tokens", "response_length")]
+
+
 def summarize(trajectories) -> dict[str, dict[str, float]]:
-    """Per env: success rate, mean return, format validity, mean turns, mean response tokens."""
+    """Per env: the rollout summary (success rate, mean return, format validity, turns, tokens)."""
+    from ragen_envs.agent.trajectory import summarize as summary
+
     by_env = defaultdict(list)
     for t in trajectories:
         by_env[t.env_id].append(t)
-    table = {}
-    for env_id, trajs in by_env.items():
-        n = len(trajs)
-        table[env_id] = {
-            "episodes": n,
-            "success": sum(t.success for t in trajs) / n,
-            "return": sum(t.episode_return for t in trajs) / n,
-            "format_valid": sum(t.format_valid for t in trajs) / n,
-            "turns": sum(t.num_turns for t in trajs) / n,
-            "response_tokens": sum(t.response_length for t in trajs) / n,
-        }
-    return table
+    return {env_id: summary(trajs) for env_id, trajs in by_env.items()}
 
 
 def print_table(table: dict[str, dict[str, float]]) -> None:
-    cols = ["episodes", "success", "return", "format_valid", "turns", "response_tokens"]
-    print(f"{'env':24s}" + "".join(f"{c:>16s}" for c in cols))
+    print(f"{'env':24s}" + "".join(f"{header:>16s}" for header, _ in COLUMNS))
     for env_id, row in table.items():
-        print(f"{env_id:24s}" + "".join(f"{row[c]:16.3f}" if c != "episodes" else f"{row[c]:16d}" for c in cols))
+        print(f"{env_id:24s}" + "".join(f"{row[key]:16d}" if key == "episodes" else f"{row[key]:16.3f}"
+                                        for _, key in COLUMNS))
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

@@ -22,8 +22,8 @@ Several processes (``torchrun --nproc_per_node N -m ragen_envs.cli train ...``) 
 with PyTorch's DistributedDataParallel: each rank rolls out its own P groups (its own seeds), the
 filter ranks all ranks' groups together, each rank updates on its own kept groups, and gradients are
 summed across ranks with the loss normalisers of the whole batch, so N ranks x P groups train like one
-process with N x P groups (except PPO's advantage whitening, which stays per rank). Rank 0 logs its own rollout metrics and the global filter statistics, and
-writes the checkpoints.
+process with N x P groups (except PPO's advantage whitening, which stays per rank). Rank 0 logs its
+own rollout metrics and the global filter statistics, and writes the checkpoints.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import torch
 from ragen_envs.agent import RolloutConfig, RolloutRunner, SamplingConfig
 from ragen_envs.agent.backends.transformers import TransformersPolicy
 from ragen_envs.agent.models import resolve_model
+from ragen_envs.agent.trajectory import summarize
 from trainers import algorithms as alg
 from trainers.batch import Batch, collate, trajectory_samples
 from trainers.config import TrainerConfig
@@ -184,7 +185,7 @@ class Trainer:
         start = time.perf_counter()
         self.model.eval()
         trajectories = self.runner.collect()
-        metrics = _rollout_metrics(trajectories)
+        metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items() if k != "episodes"}
         metrics["time/rollout_s"] = time.perf_counter() - start
 
         if cfg.mi_every and self.iteration % cfg.mi_every == 0:
@@ -515,19 +516,6 @@ def _masked_mean(values: list[torch.Tensor], masks: list[torch.Tensor]) -> float
     total = sum(float((v * m).sum()) for v, m in zip(values, masks))
     count = sum(float(m.sum()) for m in masks)
     return total / count if count else 0.0
-
-
-def _rollout_metrics(trajectories) -> dict:
-    n = len(trajectories)
-    returns = np.array([t.episode_return for t in trajectories])
-    return {
-        "rollout/success": sum(t.success for t in trajectories) / n,
-        "rollout/return_mean": float(returns.mean()),
-        "rollout/return_std": float(returns.std()),
-        "rollout/format_valid": sum(t.format_valid for t in trajectories) / n,
-        "rollout/turns": sum(t.num_turns for t in trajectories) / n,
-        "rollout/response_length": sum(t.response_length for t in trajectories) / n,
-    }
 
 
 def _progress_bar(total: int, done: int):

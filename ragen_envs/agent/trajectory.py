@@ -79,6 +79,22 @@ class Trajectory:
         return cls(**data, turns=turns)
 
 
+def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Episodes, success rate, return mean and std, format validity, turns and response tokens per turn."""
+    n = len(trajectories)
+    returns = [t.episode_return for t in trajectories]
+    mean = sum(returns) / n
+    return {
+        "episodes": n,
+        "success": sum(t.success for t in trajectories) / n,
+        "return_mean": mean,
+        "return_std": (sum((r - mean) ** 2 for r in returns) / n) ** 0.5,
+        "format_valid": sum(t.format_valid for t in trajectories) / n,
+        "turns": sum(t.num_turns for t in trajectories) / n,
+        "response_length": sum(t.response_length for t in trajectories) / n,
+    }
+
+
 def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
