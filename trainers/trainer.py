@@ -123,10 +123,10 @@ class Trainer:
         if self.value_head is not None:
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
-        self.ref_model = None
+        self.ref_scorer = None  # the frozen initial model, for the KL term
         if cfg.beta > 0:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-            self.ref_scorer = TokenScorer(self.ref_model, None, cfg.temperature)
+            reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.ref_scorer = TokenScorer(reference, None, cfg.temperature)
         self.scorer = TokenScorer(self.model, self.value_head, cfg.temperature)
         self.train_scorer = self.scorer
         if self.world > 1:
@@ -279,7 +279,7 @@ class Trainer:
     def _old_stats(self, batch: Batch) -> dict:
         logp, entropy, value = self._token_outputs(self.scorer, batch)
         out = {"logp": logp.cpu(), "entropy": entropy.cpu(), "values": None if value is None else value.cpu()}
-        if self.ref_model is not None:
+        if self.ref_scorer is not None:
             out["ref_logp"] = self._token_outputs(self.ref_scorer, batch)[0].cpu()
         return out
 

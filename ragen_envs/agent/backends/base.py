@@ -73,6 +73,11 @@ class Policy(ABC):
         return encode_chat(self.tokenizer, messages)
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
-        if prompt and isinstance(prompt[0], dict):
+        if is_chat(prompt):
             return self.encode_chat(prompt)
         return [int(t) for t in prompt]
+
+
+def is_chat(prompt: Prompt) -> bool:
+    """A list of chat messages, as opposed to a list of token ids."""
+    return bool(prompt) and isinstance(prompt[0], dict)

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
+from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig, is_chat
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 
@@ -113,8 +113,8 @@ class OpenAIPolicy(Policy):
 
     def _generate_one(self, prompt: Prompt, sampling: SamplingConfig, index: int) -> Generation:
         payload = self._sampling_payload(sampling, index)
-        prompt_ids = self.prompt_ids(prompt) if self.tokenizer is not None or not _is_chat(prompt) else []
-        if _is_chat(prompt) and self.tokenizer is None:
+        prompt_ids = self.prompt_ids(prompt) if self.tokenizer is not None or not is_chat(prompt) else []
+        if is_chat(prompt) and self.tokenizer is None:
             payload.update(messages=prompt, logprobs=True)
             choice = self._first_choice(self._post("/chat/completions", payload))
             text = (choice.get("message") or {}).get("content") or ""
@@ -181,10 +181,6 @@ class OpenAIPolicy(Policy):
 
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(continuations)))) as pool:
             return list(pool.map(one, continuations))
-
-
-def _is_chat(prompt: Prompt) -> bool:
-    return bool(prompt) and isinstance(prompt[0], dict)
 
 
 def _error_text(response) -> str:
