@@ -113,7 +113,7 @@ def cmd_eval(args) -> int:
 
 def cmd_train(args) -> int:
     from trainers import Trainer, TrainerConfig
-    from trainers.logging import plot_run
+    from trainers.metrics import plot_run
 
     config = TrainerConfig(
         algorithm=args.algorithm, num_iterations=args.iterations, output_dir=args.output_dir, seed=args.seed,
@@ -134,7 +134,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from trainers.logging import plot_run
+    from trainers.metrics import plot_run
 
     print(plot_run(args.run_dir, args.out))
     return 0

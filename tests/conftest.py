@@ -21,7 +21,7 @@ def tokenizer():
     """The default model's real tokenizer (chat template included), from the converted cache."""
     from transformers import AutoTokenizer
 
-    from ragen_envs.agent.models import default_model_path
+    from ragen_envs.agent.default_model import default_model_path
 
     return AutoTokenizer.from_pretrained(default_model_path())
 

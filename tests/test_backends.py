@@ -102,7 +102,7 @@ def test_make_policy_rejects_unknown_backends():
 
 
 def test_default_model_without_the_package_gives_a_clear_error(monkeypatch, tmp_path):
-    from ragen_envs.agent import models
+    from ragen_envs.agent import default_model as models
 
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))
     monkeypatch.setattr(models, "GGUF_PACKAGE", "no_such_package_xyz")

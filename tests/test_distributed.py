@@ -18,7 +18,7 @@ def _worker(rank, world, port, out_dir, filter_kwargs):
     from test_trainer import SeededReplies, config, make_model
     from transformers import AutoTokenizer
 
-    from ragen_envs.agent.models import default_model_path
+    from ragen_envs.agent.default_model import default_model_path
     from trainers import Trainer
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())

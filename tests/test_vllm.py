@@ -15,7 +15,7 @@ vllm = pytest.importorskip("vllm")
 from ragen_envs.agent import RolloutConfig, RolloutRunner, SamplingConfig  # noqa: E402
 from ragen_envs.agent.backends.openai import OpenAIPolicy  # noqa: E402
 from ragen_envs.agent.backends.transformers import TransformersPolicy  # noqa: E402
-from ragen_envs.agent.models import default_model_path  # noqa: E402
+from ragen_envs.agent.default_model import default_model_path  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Which way? Answer <answer>Up</answer>."}]
 

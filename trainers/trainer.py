@@ -29,9 +29,7 @@ own rollout metrics and the global filter statistics, and writes the checkpoints
 from __future__ import annotations
 
 import copy
-import json
 import random
-import shutil
 import sys
 import time
 import warnings
@@ -44,39 +42,17 @@ import torch
 
 from ragen_envs.agent import RolloutConfig, RolloutRunner, SamplingConfig
 from ragen_envs.agent.backends.transformers import TransformersPolicy
-from ragen_envs.agent.models import resolve_model
+from ragen_envs.agent.default_model import resolve_model
 from ragen_envs.agent.trajectory import summarize
 from trainers import algorithms as alg
+from trainers import checkpoint
 from trainers.batch import Batch, collate, trajectory_samples
 from trainers.config import TrainerConfig
+from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, init_distributed
 from trainers.filtering import LOW_RV_RATIO, filter_stats, select_groups
-from trainers.logging import MetricsLogger
+from trainers.metrics import MetricsLogger
 from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
-
-
-class TokenScorer(torch.nn.Module):
-    """Log-probs and entropies of the target tokens at the sampling temperature (and PPO values), as
-    (B, T-1) tensors. The LM head runs on generated positions only. One module, so that DDP wraps
-    everything a loss depends on."""
-
-    def __init__(self, model, value_head=None, temperature: float = 1.0):
-        super().__init__()
-        self.model, self.value_head, self.temperature = model, value_head, max(temperature, 1e-6)
-
-    def forward(self, ids, attention, mask, targets):
-        hidden = self.model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
-        selected = hidden[mask]
-        logits = self.model.get_output_embeddings()(selected).float() / self.temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = torch.zeros(mask.shape, device=ids.device)
-        entropy = torch.zeros(mask.shape, device=ids.device)
-        logp[mask] = logp_all.gather(-1, targets[mask][:, None])[:, 0]
-        entropy[mask] = -(logp_all.exp() * logp_all).sum(-1)
-        value = None
-        if self.value_head is not None:
-            value = torch.zeros(mask.shape, device=ids.device)
-            value[mask] = self.value_head(selected.float())[:, 0]
-        return logp, entropy, value
+from trainers.scoring import TokenScorer
 
 
 class Trainer:
@@ -95,7 +71,7 @@ class Trainer:
                  config: TrainerConfig | None = None, tokenizer=None, callbacks=(), device: str | None = None,
                  rollout_policy=None):
         self.config = cfg = config or TrainerConfig()
-        self.rank, self.world = _init_distributed()
+        self.rank, self.world = init_distributed()
         default = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device or default)
         if model is None or isinstance(model, (str, Path)):
@@ -196,7 +172,7 @@ class Trainer:
         groups = len(self.runner.group_envs)
         returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.num_generations)
         # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
-        everywhere = _all_gather_rows(returns, self.world)
+        everywhere = all_gather_rows(returns, self.world)
         kept_global = select_groups(everywhere, cfg.filter, cfg.filter_value, cfg.filter_metric, cfg.include_zero)
         metrics.update(filter_stats(everywhere, kept_global))
         kept = kept_global[(kept_global >= self.rank * groups) & (kept_global < (self.rank + 1) * groups)]
@@ -335,7 +311,7 @@ class Trainer:
                 masks = [batches[i // mb].mask[i % mb] for i in minibatch]
                 # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
                 # must run as many backward passes as the others, or DDP waits forever.
-                sequences, tokens, micro = _all_reduce(
+                sequences, tokens, micro = all_reduce(
                     [sum(int(m.sum() > 0) for m in masks), int(sum(m.sum() for m in masks)),
                      -(-len(minibatch) // mb)], self.world)
                 if tokens == 0:
@@ -411,89 +387,23 @@ class Trainer:
         """Write ``checkpoint-<iteration>`` in the output folder (rank 0 only)."""
         if self.rank != 0:
             return None
-        path = self.output_dir / f"checkpoint-{self.iteration}"
-        tmp = self.output_dir / f".checkpoint-{self.iteration}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
         # The reference model is the initial model, rebuilt from it on resume: not saved again.
-        state = {"optimizer": self.optimizer.state_dict(),
-                 "value_head": None if self.value_head is None else self.value_head.state_dict()}
-        torch.save(state, tmp / "trainer.pt")
+        tensors = {"optimizer": self.optimizer.state_dict(),
+                   "value_head": None if self.value_head is None else self.value_head.state_dict()}
         meta = {"iteration": self.iteration, "calls": self.runner.calls,
                 "mi_ema": self.mi_ema.state_dict(), "config": asdict(self.config)}
-        (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)  # a checkpoint folder is complete or absent
-        return path
+        return checkpoint.save(self.output_dir, self.iteration, self.model, self.tokenizer, tensors, meta)
 
     def _load_checkpoint(self, where: str) -> None:
-        path = Path(where)
-        if where == "latest":
-            found = sorted(self.output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-            if not found:
-                raise FileNotFoundError(f"no checkpoint-* in {self.output_dir} to resume from")
-            path = found[-1]
-        if not (path / "trainer_state.json").is_file():
-            raise FileNotFoundError(f"{path} is not a checkpoint (no trainer_state.json)")
-        from safetensors.torch import load_file
-
-        weights = load_file(str(path / "model.safetensors"))
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        if unexpected or any("lm_head" not in m for m in missing):  # tied lm_head may be absent
-            raise ValueError(f"checkpoint {path} does not fit the model: {missing[:3]} {unexpected[:3]}")
-        state = torch.load(path / "trainer.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        tensors, meta = checkpoint.load(checkpoint.find(self.output_dir, where), self.model)
+        self.optimizer.load_state_dict(tensors["optimizer"])
         if self.value_head is not None:
-            self.value_head.load_state_dict(state["value_head"])
-        meta = json.loads((path / "trainer_state.json").read_text())
+            self.value_head.load_state_dict(tensors["value_head"])
         self.iteration = meta["iteration"]
         # Every rank continues its own seed sequence from the call count.
         self.runner.calls = meta["calls"]
         self.runner.next_seed = self.runner.config.seed + meta["calls"] * len(self.runner.group_envs)
         self.mi_ema.load_state_dict(meta["mi_ema"])
-
-
-RANK_SEED_STRIDE = 1_000_003  # rank r's env seeds start at seed + r * stride
-
-
-def _init_distributed() -> tuple[int, int]:
-    """(rank, world size). Under torchrun (WORLD_SIZE > 1) the process group is started here:
-    NCCL on GPUs, gloo on CPUs."""
-    import os
-
-    import torch.distributed as dist
-
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _all_gather_rows(array: np.ndarray, world: int) -> np.ndarray:
-    """Rows of every rank's equally shaped array, rank order."""
-    if world == 1:
-        return array
-    import torch.distributed as dist
-
-    parts = [None] * world
-    dist.all_gather_object(parts, array)
-    return np.concatenate(parts)
-
-
-def _all_reduce(values: list[int], world: int) -> list[int]:
-    """Sums of the first values and the max of the last across ranks."""
-    if world == 1:
-        return values
-    import torch.distributed as dist
-
-    parts = [None] * world
-    dist.all_gather_object(parts, values)
-    return [sum(p[i] for p in parts) for i in range(len(values) - 1)] + [max(p[-1] for p in parts)]
 
 
 def _use_bf16(setting: str, device: torch.device) -> bool:

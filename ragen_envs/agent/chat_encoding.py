@@ -9,7 +9,7 @@ the generated ids as they were, then only the template text that follows the ass
 
 from __future__ import annotations
 
-from ragen_envs.agent.backends.base import Message
+Message = dict[str, str]  # {"role": ..., "content": ...}
 
 _MARK = "\uE000ragen-reply\uE000"  # a private-use marker that no template or model writes
 

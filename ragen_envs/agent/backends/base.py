@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-Message = dict[str, str]
+from ragen_envs.agent.chat_encoding import Message, encode_chat
+
 Prompt = list[Message] | list[int]
 
 
@@ -68,8 +69,6 @@ class Policy(ABC):
 
     def encode_chat(self, messages: list[Message]) -> list[int]:
         """Token ids of a conversation, ending with the assistant's generation prompt."""
-        from ragen_envs.agent.chat_encoding import encode_chat
-
         return encode_chat(self.tokenizer, messages)
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:

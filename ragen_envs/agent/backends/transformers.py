@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
-from ragen_envs.agent.models import resolve_model
+from ragen_envs.agent.default_model import resolve_model
 
 
 def forward(model, cache=None, **kwargs):

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
-from ragen_envs.agent.models import resolve_model
+from ragen_envs.agent.default_model import resolve_model
 
 
 def _has_cuda() -> bool:

@@ -1,6 +1,6 @@
 """Play each environment with its oracle and show the frames (text here, PNGs in demo_out/).
 
-Run with ``make demo`` or ``python -m ragen_envs.demo [--out DIR] [--seed N]``.
+Run with ``make oracle-demo`` or ``python -m ragen_envs.oracle_demo [--out DIR] [--seed N]``.
 """
 
 from __future__ import annotations
