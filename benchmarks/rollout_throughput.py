@@ -24,14 +24,13 @@ ENV = "Ragen/Sokoban-v0"
 
 def naive(policy, config: RolloutConfig) -> tuple[int, int, int, float]:
     """Play the same P x G episodes one by one; return (generated tokens, turns, env steps, seconds)."""
-    chat_config = ChatEnvConfig(max_actions_per_turn=config.max_actions_per_turn, max_turns=config.max_turns)
     tokens = turns = steps = 0
     start = time.perf_counter()
     for group in range(config.n_groups):
         for sample in range(config.group_size):
-            env = ChatEnv(ENV, chat_config)
+            env = ChatEnv(ENV, config.chat)
             prompt = policy.encode_chat(env.reset(seed=config.seed + group))
-            for turn in range(config.max_turns):
+            for turn in range(config.chat.max_turns):
                 sampling = SamplingConfig(**{**config.sampling.__dict__, "seed": group * 1000 + sample * 10 + turn})
                 gen = policy.generate([prompt], sampling)[0]
                 record = env.step(gen.text)
@@ -71,7 +70,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
     args = parser.parse_args()
-    config = RolloutConfig(n_groups=args.groups, group_size=args.group_size, max_turns=args.max_turns,
+    config = RolloutConfig(n_groups=args.groups, group_size=args.group_size,
+                           chat=ChatEnvConfig(max_turns=args.max_turns),
                            sampling=SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0))
 
     from ragen_envs.agent.backends.transformers import TransformersPolicy

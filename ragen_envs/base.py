@@ -1,13 +1,28 @@
-"""The base class every ragen-envs environment shares.
+"""The contract every ragen-envs environment keeps, and the two bases that implement it.
 
-An ``LLMEnv`` takes its action as text and returns text observations. ``step`` never raises on a bad
-action: an action the env cannot parse changes no state, gives reward 0 and
-``info["action_is_valid"] = False``. Every ``info`` carries ``action_is_valid``, ``action_is_effective``
-(the state changed) and ``success``.
+What a caller may use (through any Gymnasium wrapper with ``env.get_wrapper_attr(name)``, or on a
+remote client, which exposes the same names):
+
+- ``instructions`` (str): what an agent must know: goal, symbols, rewards, the action format.
+- ``valid_actions`` (list[str] | None): the finite action set, matched case-insensitively; None where
+  actions are open text (an answer, a query, a program), of which a reply holds exactly one.
+- ``parse_action(text)``: the env's own action, or None when ``text`` is not a valid action. ``step``
+  applies the same rule, so a caller can test actions without stepping.
+- ``reset(seed=s, options={...})``: ``seed`` fixes the initial state (a level, a map, a problem).
+  ``options["transition_seed"] = t`` reseeds the random transitions that follow (FrozenLake's slip),
+  so envs reset with one seed share the start and draw their own dynamics; each env documents its
+  other options. All randomness comes from ``self.np_random``, never from global state.
+- ``step(action)``: ``action`` is a string. A string the env cannot parse (or a non-string) never
+  raises: nothing changes, the reward is 0 and ``info["action_is_valid"]`` is False. Every call counts
+  towards ``max_steps``; the episode is truncated there.
+- ``oracle_action()``: the next action of the env's reference policy (optimal where the env can
+  compute it), or None where it knows none; demos, benchmarks and warm starts play it.
+- ``info`` at reset and at every step holds ``action_is_valid``, ``action_is_effective`` (the state
+  changed) and ``success``; envs add their own keys (``optimal_solution_length`` at reset, ...).
 
 Subclasses implement ``_new_episode``, ``parse_action``, ``_apply``, ``_observation`` and
-``_is_success``, and set
-``instructions`` (what an agent needs to know) and, where finite, ``valid_actions``.
+``_is_success``. ``GridEnv`` (``grid.py``) adds boards, images and rendering for grid games;
+``TextEnv`` below gives text-only tasks a text observation space and ``ansi`` rendering.
 """
 
 from __future__ import annotations
@@ -15,12 +30,15 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from ragen_envs.spaces import CHARSET, TextSpace
 
 # Longest action string an agent is expected to send; longer ones are still accepted (and rejected
 # as invalid by the env's parser), the bound only describes the action space.
 MAX_ACTION_CHARS = 4096
+
+INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 
 
 class LLMEnv(gym.Env):
@@ -30,7 +48,7 @@ class LLMEnv(gym.Env):
 
     #: Task description for the agent: goal, symbols, action format. Set by each subclass.
     instructions: str = ""
-    #: The finite list of valid actions, or None where actions are open text (search, code...).
+    #: The finite list of valid actions, or None where actions are open text (one per reply).
     valid_actions: list[str] | None = None
 
     def __init__(self, max_steps: int, render_mode: str | None = None):
@@ -44,6 +62,7 @@ class LLMEnv(gym.Env):
         self.render_mode = render_mode
         self.action_space = TextSpace(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self._elapsed_steps = 0
+        self._started = False
 
     # -- what subclasses implement -------------------------------------------------------------
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -64,16 +83,32 @@ class LLMEnv(gym.Env):
     def _is_success(self) -> bool:
         raise NotImplementedError
 
-    # -- the shared step -------------------------------------------------------------------------
+    def oracle_action(self) -> str | None:
+        """The reference policy's next action from the current state, or None."""
+        raise NotImplementedError
+
+    # -- the shared reset and step ---------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        options = dict(options or {})
+        transition_seed = options.pop("transition_seed", None)
         self._elapsed_steps = 0
-        extra = self._new_episode(options or {})
+        extra = self._new_episode(options)
+        if transition_seed is not None:
+            # The initial state is drawn; what follows comes from its own stream.
+            if not isinstance(transition_seed, (int, np.integer)) or isinstance(transition_seed, bool) \
+                    or transition_seed < 0:
+                raise ValueError(f"options['transition_seed'] must be a non-negative integer, "
+                                 f"got {transition_seed!r}")
+            self._np_random = np.random.default_rng(int(transition_seed))
+        self._started = True
         if self.render_mode == "human":
             self.render()
         return self._observation(), self._info(valid=True, effective=False, **extra)
 
     def step(self, action: str):
+        if not self._started:
+            raise RuntimeError(f"{type(self).__name__}.step() called before reset(): call reset() first")
         # Every call counts towards max_steps, invalid ones too, so an episode always ends.
         self._elapsed_steps += 1
         parsed = self.parse_action(action) if isinstance(action, str) else None
@@ -98,3 +133,41 @@ class LLMEnv(gym.Env):
             if key == name.lower():
                 return name
         return None
+
+
+class TextEnv(LLMEnv):
+    """Base of text-only tasks (questions, puzzles, search, shopping, code).
+
+    Subclasses return the observation text from ``_text()``. The observation space is a
+    ``TextSpace`` of any Unicode up to ``max_observation_chars``; a longer text is cut there, with a
+    note saying how much was left out, so an observation always lies in its space.
+    """
+
+    #: Upper bound of an observation's length in characters (the observation space's max_length).
+    max_observation_chars: int = 16_384
+
+    def __init__(self, max_steps: int, render_mode: str | None = None):
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        self.observation_space = TextSpace(self.max_observation_chars, min_length=0, charset=CHARSET)
+
+    def _text(self) -> str:
+        raise NotImplementedError
+
+    def _observation(self) -> str:
+        return clip_text(self._text(), self.max_observation_chars)
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return self._observation()
+        return None
+
+
+CLIP_NOTE = "\n[... {n} characters cut]"
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` characters, else its head and a note of what was cut."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len(CLIP_NOTE.format(n=len(text))), 0)
+    return text[:keep] + CLIP_NOTE.format(n=len(text) - keep)[:limit - keep]

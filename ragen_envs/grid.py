@@ -118,7 +118,7 @@ class GridEnv(LLMEnv):
     # -- rendering -------------------------------------------------------------------------------
     def render(self):
         if self.render_mode == "ansi":
-            return self.grid_text()
+            return self.text_observation()
         if self.render_mode == "rgb_array":
             return self.image_observation()
         if self.render_mode == "human":

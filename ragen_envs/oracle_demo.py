@@ -1,6 +1,7 @@
-"""Play each environment with its oracle and show the frames (text here, PNGs in demo_out/).
+"""Play every environment of the catalogue with its oracle and show each step (text here, and the
+frames of image-capable envs as one PNG strip per env in demo_out/).
 
-Run with ``make oracle-demo`` or ``python -m ragen_envs.oracle_demo [--out DIR] [--seed N]``.
+Run with ``make oracle-demo`` or ``python -m ragen_envs.oracle_demo [--out DIR] [--seed N] [--env ID]``.
 """
 
 from __future__ import annotations
@@ -11,28 +12,43 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-import ragen_envs  # noqa: F401  (registers the envs)
+from ragen_envs.registry import ENVIRONMENTS
 
 
-def play(env_id: str, seed: int, out: Path, plan, **kwargs) -> None:
-    env = gym.make(env_id, render_mode="rgb_array", observation_format="grid", **kwargs)
+def play(env_id: str, seed: int, out: Path) -> float:
+    """One oracle episode; returns its return."""
+    probe = gym.make(env_id)
+    images = "rgb_array" in probe.metadata.get("render_modes", [])
+    probe.close()
+    env = gym.make(env_id, render_mode="rgb_array") if images else gym.make(env_id)
+    oracle = env.get_wrapper_attr("oracle_action")
     obs, info = env.reset(seed=seed)
-    print(f"=== {env_id} {kwargs or ''} seed={seed}: optimal length {info['optimal_solution_length']}")
-    print(obs)
-    frames = [env.render()]
-    total, done = 0.0, False
-    for t, action in enumerate(plan(env.unwrapped)):
+    print(f"=== {env_id} seed={seed}: {ENVIRONMENTS[env_id].description}")
+    print(_text(obs))
+    frames = [env.render()] if images else []
+    total = 0.0
+    for t in range(env.get_wrapper_attr("max_steps")):
+        action = oracle()
+        if action is None:
+            print("(the oracle knows no action here)")
+            break
         obs, reward, terminated, truncated, info = env.step(action)
         total += reward
-        frames.append(env.render())
-        print(f"\nstep {t + 1}: {action} -> reward {reward:+.1f}")
-        print(obs)
+        if images:
+            frames.append(env.render())
+        print(f"\nstep {t + 1}: {action} -> reward {reward:+.2f}")
+        print(_text(obs))
         if terminated or truncated:
-            done = True
             break
-    print(f"\nreturn {total:+.1f}, success {info['success']}, finished {done}\n")
-    _save_strip(frames, out / f"{env_id.split('/')[-1]}.png")
+    print(f"\nreturn {total:+.2f}, success {info['success']}\n")
+    if frames:
+        _save_strip(frames, out / f"{env_id.split('/')[-1]}.png")
     env.close()
+    return total
+
+
+def _text(obs) -> str:
+    return obs["text"] if isinstance(obs, dict) else str(obs)
 
 
 def _save_strip(frames: list[np.ndarray], path: Path) -> None:
@@ -49,20 +65,14 @@ def _save_strip(frames: list[np.ndarray], path: Path) -> None:
     print(f"frames written to {path}")
 
 
-def _frozenlake_policy(env):
-    """Follow the optimal policy (it accounts for slip) until the episode ends, at most max_steps."""
-    for _ in range(env.max_steps):
-        yield env.optimal_action()
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("demo_out"))
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--env", action="append", choices=list(ENVIRONMENTS), help="default: every env")
     args = parser.parse_args(argv)
-    play("Ragen/Sokoban-v0", args.seed, args.out, lambda env: env.solve())
-    play("Ragen/FrozenLake-v0", args.seed, args.out, lambda env: env.shortest_path())
-    play("Ragen/FrozenLake-v0", args.seed, args.out / "slippery", _frozenlake_policy, slip=0.3)
+    for env_id in args.env or ENVIRONMENTS:
+        play(env_id, args.seed, args.out)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 import pytest  # noqa: E402
 
-import ragen_envs  # noqa: E402, F401  (registers the envs)
+from ragen_envs.grid import GridEnv  # noqa: E402
+from ragen_envs.registry import ENVIRONMENTS, load_class  # noqa: E402
 
-ENV_IDS = ["Ragen/Sokoban-v0", "Ragen/FrozenLake-v0"]
+# The grid games themselves (presets only change their arguments): the grid suite's envs.
+GRID_IDS = [e.id for e in ENVIRONMENTS.values() if not e.kwargs and issubclass(load_class(e), GridEnv)]
 
 
-@pytest.fixture(params=ENV_IDS)
+@pytest.fixture(params=GRID_IDS)
 def env_id(request):
     return request.param
 

@@ -25,14 +25,14 @@ def test_chat_messages_and_rewards():
     assert [m["role"] for m in messages] == ["system", "user"]
     system, user = messages[0]["content"], messages[1]["content"]
     assert "push all boxes" in system and "Up, Down, Left, Right" in system and "||" in system
-    assert "<think>" in system and user.startswith("Turn 1:") and "State:" in user
+    assert "<think>" in system and user.startswith("Turn 1:") and "Observation:" in user
     assert "You have 8 actions left." in user
     chat.env.reset(options={"level": LEVEL})
     record = chat.step("<think>push right</think><answer>Right || Right || Right</answer>")
     assert record.actions == ["Right", "Right"] and record.env_steps == 2  # third action dropped
     assert record.reward == pytest.approx(-0.2) and record.format_ok
     assert [m["role"] for m in chat.messages] == ["system", "user", "assistant", "user"]
-    assert "Reward from your last actions: -0.20." in chat.messages[-1]["content"]
+    assert "Reward from your last reply: -0.20." in chat.messages[-1]["content"]
     assert "You have 6 actions left." in chat.messages[-1]["content"]
 
 
@@ -107,7 +107,8 @@ def test_think_span(tokenizer):
 
 def test_groups_share_initial_state_and_differ_across_groups(scripted):
     policy = scripted(["<think>look</think><answer>Up</answer>"])
-    runner = RolloutRunner("Ragen/Sokoban-v0", policy, RolloutConfig(n_groups=4, group_size=3, max_turns=1))
+    runner = RolloutRunner("Ragen/Sokoban-v0", policy,
+                           RolloutConfig(n_groups=4, group_size=3, chat=ChatEnvConfig(max_turns=1)))
     trajs = runner.collect()
     assert len(trajs) == 12 and [t.group for t in trajs] == [g for g in range(4) for _ in range(3)]
     first_states = [t.messages[1]["content"] for t in trajs]
@@ -155,8 +156,8 @@ gym.register("Test/Steps-v0", entry_point=StepsEnv)
 
 def test_rollout_batches_active_envs_and_drops_finished(scripted):
     policy = scripted(["<think>a</think><answer>go</answer>"])
-    runner = RolloutRunner("Test/Steps-v0", policy, RolloutConfig(n_groups=3, group_size=2, max_turns=5,
-                                                                  max_actions_per_turn=1))
+    runner = RolloutRunner("Test/Steps-v0", policy, RolloutConfig(
+        n_groups=3, group_size=2, chat=ChatEnvConfig(max_turns=5, max_actions_per_turn=1)))
     trajs = runner.collect()
     assert [len(call) for call in policy.calls] == [6, 4, 2]
     assert [t.num_turns for t in trajs] == [1, 1, 2, 2, 3, 3]
@@ -165,7 +166,8 @@ def test_rollout_batches_active_envs_and_drops_finished(scripted):
 
 def test_prompts_in_trajectories_are_what_the_model_saw(scripted):
     policy = scripted(["<think>go</think><answer>Left || Up</answer>", "<think>hm</think><answer>Down</answer>"])
-    runner = RolloutRunner("Ragen/Sokoban-v0", policy, RolloutConfig(n_groups=2, group_size=2, max_turns=3))
+    runner = RolloutRunner("Ragen/Sokoban-v0", policy,
+                           RolloutConfig(n_groups=2, group_size=2, chat=ChatEnvConfig(max_turns=3)))
     trajs = runner.collect()
     seen = [p for call in policy.calls for p in call]
     stored = [turn.prompt_ids for t in trajs for turn in t.turns]
@@ -185,12 +187,14 @@ def test_context_cap_drops_oldest_turns(scripted):
     first = policy.encode_chat(ChatEnv("Ragen/Sokoban-v0").reset(seed=0))
     cap = len(first) + 80
     runner = RolloutRunner("Ragen/Sokoban-v0", policy,
-                           RolloutConfig(n_groups=1, group_size=1, max_turns=4, max_prompt_tokens=cap))
+                           RolloutConfig(n_groups=1, group_size=1, max_prompt_tokens=cap,
+                                         chat=ChatEnvConfig(max_turns=4)))
     traj = runner.collect()[0]
     assert all(len(t.prompt_ids) <= cap for t in traj.turns)
     assert traj.turns[0].messages_dropped == 0 and traj.turns[-1].messages_dropped > 0
     tiny = RolloutRunner("Ragen/Sokoban-v0", policy,
-                         RolloutConfig(n_groups=1, group_size=1, max_turns=2, max_prompt_tokens=10))
+                         RolloutConfig(n_groups=1, group_size=1, max_prompt_tokens=10,
+                                       chat=ChatEnvConfig(max_turns=2)))
     traj = tiny.collect()[0]
     assert traj.context_overflow and traj.num_turns == 0
 
@@ -198,14 +202,14 @@ def test_context_cap_drops_oldest_turns(scripted):
 def test_env_mix_and_thread_pool(scripted):
     policy = scripted(["<think>a</think><answer>Up || Left</answer>"])
     runner = RolloutRunner({"Ragen/Sokoban-v0": 2, "Ragen/FrozenLake-v0": 1}, policy,
-                           RolloutConfig(group_size=2, max_turns=2, env_workers=3))
+                           RolloutConfig(group_size=2, env_workers=3, chat=ChatEnvConfig(max_turns=2)))
     trajs = runner.collect()
     assert [t.env_id for t in trajs] == ["Ragen/Sokoban-v0"] * 4 + ["Ragen/FrozenLake-v0"] * 2
 
 
 @pytest.mark.parametrize("env_id", sorted(ENVIRONMENTS))
 def test_full_rollout_with_a_tiny_model_on_every_env(env_id, tiny_policy, tmp_path):
-    config = RolloutConfig(n_groups=2, group_size=2, max_turns=2,
+    config = RolloutConfig(n_groups=2, group_size=2, chat=ChatEnvConfig(max_turns=2),
                            sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=0))
     trajs = RolloutRunner(env_id, tiny_policy, config).collect()
     assert len(trajs) == 4
@@ -247,7 +251,7 @@ def test_no_think_mode_says_why_a_reply_was_invalid():
 
 def test_group_members_share_the_start_but_not_the_slips(scripted):
     policy = scripted(["<think>a</think><answer>Left || Right</answer>"])
-    config = RolloutConfig(n_groups=1, group_size=6, max_turns=3,
+    config = RolloutConfig(n_groups=1, group_size=6, chat=ChatEnvConfig(max_turns=3),
                            env_kwargs={"Ragen/FrozenLake-v0": {"slip": 0.8, "size": 6, "p": 1.0}})
     trajs = RolloutRunner("Ragen/FrozenLake-v0", policy, config).collect()
     assert len({t.messages[1]["content"] for t in trajs}) == 1  # one initial state

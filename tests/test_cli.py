@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ragen_envs.cli import main
+from ragen_envs.cli import main, parse
 
 
 @pytest.fixture
@@ -31,6 +31,9 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
                  "--groups", "2", "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4",
                  "--filter", "top_p", "--output-dir", str(run), "--mixed-precision", "no"]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    saved = json.loads((run / "config.json").read_text())  # the resolved config, to repeat the run
+    assert saved["env"] == {"Ragen/FrozenLake-v0": 2} and saved["model"] == model_dir
+    assert saved["rollout"]["sampling"]["max_new_tokens"] == 4 and saved["filter"] == "top_p"
     assert [r["iteration"] for r in records] == [1, 2]
     assert (run / "metrics.png").stat().st_size > 1000
     assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 0
@@ -42,3 +45,88 @@ def test_bad_arguments_exit_with_a_message(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--env", "Ragen/FrozenLake-v0", "--algorithm", "a3c"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def _leaves(cls):
+    """(field, owner class) of every non-dataclass field, nested configs included."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _leaves(hints[f.name])
+        else:
+            yield f, cls
+
+
+@pytest.mark.parametrize("command, classes", [
+    ("train", ("TrainerConfig",)), ("eval", ("RolloutConfig", "PolicyConfig"))])
+def test_every_config_field_is_a_flag_with_its_default_and_help(command, classes):
+    import dataclasses
+
+    from ragen_envs import cli_args
+    from ragen_envs.agent.backends import PolicyConfig
+    from ragen_envs.agent.rollout import RolloutConfig
+    from ragen_envs.cli import build_parser
+    from trainers import TrainerConfig
+
+    known = {"TrainerConfig": TrainerConfig, "RolloutConfig": RolloutConfig, "PolicyConfig": PolicyConfig}
+    _, commands = build_parser()
+    actions = {a.dest: a for a in commands[command]._actions}
+    for name in classes:
+        for f, owner in _leaves(known[name]):
+            if command == "train" and owner is PolicyConfig:
+                continue
+            action = actions.get(cli_args._dest(f))
+            assert action is not None, f"{owner.__name__}.{f.name} has no flag"
+            assert action.default == cli_args._default(f), f.name
+            assert cli_args.field_comments(owner).get(f.name), f"{owner.__name__}.{f.name} has no help comment"
+    # Parsing no flags gives the dataclass defaults, nested configs included.
+    args = parse([command, "--env", "Ragen/Sokoban-v0"])
+    if command == "train":
+        assert cli_args.build(TrainerConfig, args) == TrainerConfig()
+    else:
+        assert cli_args.build(RolloutConfig, args) == RolloutConfig()
+        assert cli_args.build(PolicyConfig, args) == PolicyConfig()
+    assert dataclasses.is_dataclass(RolloutConfig().chat) and dataclasses.is_dataclass(RolloutConfig().sampling)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_saved_config_repeats_the_run_and_flags_override_it(tmp_path, suffix):
+    import yaml
+
+    from ragen_envs import cli_args
+    from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
+    from trainers import TrainerConfig
+
+    saved = TrainerConfig(algorithm="dapo", num_iterations=7, filter="top_p", filter_value=0.5, beta=0.01,
+                          rollout=RolloutConfig(n_groups=3, seed=5, chat=ChatEnvConfig(max_turns=2),
+                                                sampling=SamplingConfig(max_new_tokens=33, top_p=0.9)))
+    record = {"model": "some/model", "env": {"Ragen/FrozenLake-v0": 3}, **saved.to_dict()}
+    path = tmp_path / f"run{suffix}"
+    path.write_text(json.dumps(record) if suffix == ".json" else yaml.safe_dump(record))
+    args = parse(["train", "--config", str(path)])
+    assert cli_args.build(TrainerConfig, args) == saved
+    assert args.env == ["Ragen/FrozenLake-v0:3"] and args.model == "some/model"
+    args = parse(["train", "--config", str(path), "--max-turns", "4", "--env", "Ragen/Sokoban-v0"])
+    assert cli_args.build(TrainerConfig, args).rollout.chat.max_turns == 4 and args.env == ["Ragen/Sokoban-v0"]
+    path.write_text(json.dumps({"rollout": {"max_turn": 3}}))
+    with pytest.raises(ValueError, match="rollout.'max_turn'"):
+        parse(["train", "--config", str(path)])
+
+
+def test_list_shows_the_catalogue(capsys):
+    from ragen_envs import ENVIRONMENTS
+    from ragen_envs.registry import markdown_table
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(env_id in out for env_id in ENVIRONMENTS)
+    assert main(["list", "--markdown"]) == 0
+    assert capsys.readouterr().out.strip() == markdown_table()
+
+
+def test_an_unknown_env_fails_before_any_model_loads(capsys):
+    assert main(["eval", "--env", "Ragen/NoSuchEnv-v0", "--model", "/no/such/model"]) == 2
+    assert "unknown env 'Ragen/NoSuchEnv-v0'" in capsys.readouterr().err

@@ -24,7 +24,7 @@ def _worker(rank, world, port, out_dir, filter_kwargs):
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())
     model = make_model(tokenizer)  # the same initial weights on every rank
     initial = {k: v.clone() for k, v in model.state_dict().items()}
-    cfg = config(Path(out_dir), algorithm="grpo", num_prompts=2, **filter_kwargs)
+    cfg = config(Path(out_dir), algorithm="grpo", n_groups=2, **filter_kwargs)
     trainer = Trainer(model, "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     history = trainer.train()
     torch.save({"initial": initial, "final": model.state_dict(), "metrics": history,

@@ -1,16 +1,45 @@
+"""The catalogue: registration, presets, optional extras, and the README's table."""
+
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 
-from ragen_envs import ENVIRONMENTS
+from ragen_envs import ENVIRONMENTS, EnvEntry, MissingExtraError
 from ragen_envs.frozenlake import FrozenLakeEnv
+from ragen_envs.registry import markdown_table, register
 from ragen_envs.sokoban import SokobanEnv
 
 
-def test_every_env_is_registered(env_id):
-    assert env_id in ENVIRONMENTS
+@pytest.mark.parametrize("env_id", list(ENVIRONMENTS))
+def test_every_catalogue_entry_is_registered(env_id):
+    entry = ENVIRONMENTS[env_id]
     env = gym.make(env_id)
     assert env.unwrapped.spec.id == env_id
+    for name, value in entry.kwargs.items():  # presets are applied
+        assert getattr(env.unwrapped, name, value) == value
+    assert entry.description and "\n" not in entry.description
     env.close()
+
+
+def test_presets_apply_and_can_be_overridden():
+    assert gym.make("Ragen/SokobanLarger-v0").unwrapped.dim_room == (8, 8)
+    assert gym.make("Ragen/SokobanLarger-v0", dim_room=(7, 7)).unwrapped.dim_room == (7, 7)
+    assert gym.make("Ragen/FrozenLakeSlippery-v0").unwrapped.slip == pytest.approx(2 / 3)
+    assert "slippery" in gym.make("Ragen/FrozenLakeSlippery-v0").unwrapped.instructions
+
+
+def test_a_missing_extra_is_named_at_make():
+    register(EnvEntry("RagenTest/NeedsExtra-v0", "ragen_envs.sokoban:SokobanEnv", "needs a package",
+                      extra="shop", requires=("no_such_module_for_ragen",)))
+    with pytest.raises(MissingExtraError, match=r'pip install "ragen-envs\[shop\]"'):
+        gym.make("RagenTest/NeedsExtra-v0")
+    del ENVIRONMENTS["RagenTest/NeedsExtra-v0"]
+
+
+def test_readme_table_is_the_catalogue():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert markdown_table() in readme, "regenerate the README's table with `ragen list --markdown`"
 
 
 def test_module_prefixed_id():

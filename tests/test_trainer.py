@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.agent.backends.base import Generation, Policy
 from ragen_envs.agent.trajectory import Trajectory, Turn
 from trainers import Trainer, TrainerConfig
@@ -45,10 +46,12 @@ def make_model(tokenizer, seed=0):
                                         max_position_embeddings=4096, tie_word_embeddings=True))
 
 
-def config(tmp_path, **kw):
-    base = dict(num_iterations=1, num_prompts=3, num_generations=4, max_turns=2, max_completion_length=24,
-                learning_rate=1e-2, output_dir=str(tmp_path / "run"), mixed_precision="no", micro_batch_size=4,
-                env_kwargs={"Ragen/FrozenLake-v0": {"size": 3}})
+def config(tmp_path, n_groups=3, group_size=4, max_new_tokens=24, **kw):
+    rollout = RolloutConfig(n_groups=n_groups, group_size=group_size, chat=ChatEnvConfig(max_turns=2),
+                            sampling=SamplingConfig(max_new_tokens=max_new_tokens),
+                            env_kwargs={"Ragen/FrozenLake-v0": {"size": 3}})
+    base = dict(num_iterations=1, learning_rate=1e-2, output_dir=str(tmp_path / "run"), mixed_precision="no",
+                micro_batch_size=4, rollout=rollout)
     base.update(kw)
     return TrainerConfig(**base)
 
@@ -92,7 +95,7 @@ def test_skipped_batch_leaves_weights_alone(tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # The tiny model's own replies are never valid: every return is the same, the total RV is 0.
-    metrics = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, filter="top_p", max_completion_length=6),
+    metrics = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, filter="top_p", max_new_tokens=6),
                       tokenizer=tokenizer).train()[0]
     assert metrics["filter/skipped"] == 1 and metrics["filter/kept_groups"] == 0
     assert "loss/policy" not in metrics
@@ -114,8 +117,8 @@ def test_only_kept_groups_are_trained(tokenizer, tmp_path, monkeypatch):
 def test_own_rollouts_with_an_entropy_bonus_update_the_model(tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = Trainer(model, "Ragen/Sokoban-v0", config(tmp_path, entropy_coef=0.1, max_completion_length=8,
-                                                        num_prompts=2, num_generations=2),
+    metrics = Trainer(model, "Ragen/Sokoban-v0", config(tmp_path, entropy_coef=0.1, max_new_tokens=8,
+                                                        n_groups=2, group_size=2),
                       tokenizer=tokenizer).train()[0]
     assert metrics["mi/empty_reasoning_rate"] == 1.0  # a random model writes no <think> blocks
     assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
@@ -161,7 +164,8 @@ def test_sequences_mask_only_generated_tokens():
 
 
 @pytest.mark.parametrize("kwargs", [{"algorithm": "a2c"}, {"filter": "top"}, {"filter_value": 0},
-                                    {"num_generations": 1}, {"loss_type": "sum"}, {"mixed_precision": "fp8"}])
+                                    {"rollout": RolloutConfig(group_size=1)}, {"loss_type": "sum"},
+                                    {"mixed_precision": "fp8"}])
 def test_bad_config_values(kwargs):
     with pytest.raises(ValueError):
         TrainerConfig(**kwargs)

@@ -29,18 +29,19 @@ own rollout metrics and the global filter statistics, and writes the checkpoints
 from __future__ import annotations
 
 import copy
+import json
 import random
 import sys
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ragen_envs.agent import RolloutConfig, RolloutRunner, SamplingConfig
+from ragen_envs.agent import RolloutRunner
 from ragen_envs.agent.backends.transformers import TransformersPolicy
 from ragen_envs.agent.default_model import resolve_model
 from ragen_envs.agent.trajectory import summarize
@@ -74,6 +75,10 @@ class Trainer:
         self.rank, self.world = init_distributed()
         default = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device or default)
+        # What the resolved config records: the model as given (None: the embedded default).
+        self.model_name = None if model is None else str(model) if isinstance(model, (str, Path)) \
+            else getattr(model.config, "_name_or_path", None)
+        self.env_mix = {env: cfg.rollout.n_groups} if isinstance(env, str) else dict(env)
         if model is None or isinstance(model, (str, Path)):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -87,13 +92,9 @@ class Trainer:
         self.policy = TransformersPolicy(self.model, tokenizer, device=str(self.device))
         self.callbacks = list(callbacks)
         self.rollout_policy = rollout_policy or self.policy
-        self.runner = RolloutRunner(env, self.rollout_policy, RolloutConfig(
-            n_groups=cfg.num_prompts, group_size=cfg.num_generations, max_turns=cfg.max_turns,
-            max_actions_per_turn=cfg.max_actions_per_turn, enable_think=cfg.enable_think,
-            format_penalty=cfg.format_penalty, env_kwargs=cfg.env_kwargs,
-            seed=cfg.seed + self.rank * RANK_SEED_STRIDE,  # each rank rolls out its own groups
-            sampling=SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
-                                    max_new_tokens=cfg.max_completion_length, seed=cfg.seed)))
+        # Each rank rolls out its own groups.
+        self.runner = RolloutRunner(env, self.rollout_policy,
+                                    replace(cfg.rollout, seed=cfg.rollout.seed + self.rank * RANK_SEED_STRIDE))
         hidden = self.model.config.hidden_size
         self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if cfg.algorithm == "ppo" else None
         if self.value_head is not None:
@@ -102,8 +103,8 @@ class Trainer:
         self.ref_scorer = None  # the frozen initial model, for the KL term
         if cfg.beta > 0:
             reference = copy.deepcopy(self.model).eval().requires_grad_(False)
-            self.ref_scorer = TokenScorer(reference, None, cfg.temperature)
-        self.scorer = TokenScorer(self.model, self.value_head, cfg.temperature)
+            self.ref_scorer = TokenScorer(reference, None, cfg.rollout.sampling.temperature)
+        self.scorer = TokenScorer(self.model, self.value_head, cfg.rollout.sampling.temperature)
         self.train_scorer = self.scorer
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -122,6 +123,16 @@ class Trainer:
             self._load_checkpoint(cfg.resume_from_checkpoint)
         # Only rank 0 writes metrics and checkpoints.
         self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) if self.rank == 0 else None
+        if self.rank == 0:
+            self.write_config()
+
+    def write_config(self) -> Path:
+        """``config.json`` next to the metrics: every field resolved, plus env and model, so
+        ``ragen train --config`` repeats the run."""
+        path = self.output_dir / "config.json"
+        record = {"model": self.model_name, "env": self.env_mix, **self.config.to_dict()}
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        return path
 
     # ==========================================================================================
     def train(self) -> list[dict]:
@@ -170,7 +181,7 @@ class Trainer:
             metrics["time/mi_s"] = time.perf_counter() - mi_start
 
         groups = len(self.runner.group_envs)
-        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.num_generations)
+        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.rollout.group_size)
         # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
         everywhere = all_gather_rows(returns, self.world)
         kept_global = select_groups(everywhere, cfg.filter, cfg.filter_value, cfg.filter_metric, cfg.include_zero)
@@ -225,7 +236,7 @@ class Trainer:
             out.update({f"mi/{k}": v for k, v in mi_metrics(loglik, lengths).items()})
             out["mi/mi_zscore_ema"] = self.mi_ema.update(loglik, lengths)
         if cfg.mi_trajectory_pairs:
-            rng = random.Random(cfg.seed * 1_000_003 + self.iteration)
+            rng = random.Random(cfg.rollout.seed * 1_000_003 + self.iteration)
             pairs = []
             for t in trajectories:
                 turns = [turn for turn in t.turns if turn.reasoning_ids]
@@ -301,8 +312,8 @@ class Trainer:
         mb = cfg.micro_batch_size
         advantages = self._advantages(samples, batches, stats, chosen)
         self.model.train()
-        shuffle = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.iteration)
-        max_length = cfg.max_turns * cfg.max_completion_length
+        shuffle = torch.Generator().manual_seed(cfg.rollout.seed * 1_000_003 + self.iteration)
+        max_length = cfg.rollout.chat.max_turns * cfg.rollout.sampling.max_new_tokens
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         steps = []  # per optimizer step: the loss parts summed over its micro-batches
         for _ in range(cfg.ppo_epochs):

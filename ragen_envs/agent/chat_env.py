@@ -1,11 +1,15 @@
 """An environment as a chat: prompts in, model replies out.
 
-``ChatEnv`` wraps any registered env. ``reset`` gives the opening messages (system: instructions,
-symbols, valid actions, answer format; user: turn 1 and the state). ``step(reply)`` parses the
-reply, plays up to ``max_actions_per_turn`` actions (stopping at episode end), and appends the
-assistant reply and the next user message (reward, state, actions left) to ``messages``.
-A reply without a valid action does not step the env: it costs ``format_penalty`` and the next
-message says why. Every turn is recorded with its reasoning, actions and reward.
+``ChatEnv`` wraps any env that keeps the contract of ``ragen_envs.base``, through any Gymnasium
+wrappers or over the network: it reads ``instructions``, ``valid_actions`` and ``parse_action``
+with ``get_wrapper_attr`` and seeds transitions through ``reset(options={"transition_seed": t})``.
+
+``reset`` gives the opening messages (system: instructions, valid actions, answer format; user:
+turn 1 and the observation). ``step(reply)`` parses the reply, plays up to ``max_actions_per_turn``
+actions (one answer for open-text tasks), stopping at episode end, and appends the assistant reply
+and the next user message (reward, observation, budget left) to ``messages``. A reply without a
+valid action does not step the env: it costs ``format_penalty`` and the next message says why.
+Every turn is recorded with its reasoning, actions and reward.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent import prompts
@@ -37,7 +40,7 @@ class ChatEnvConfig:
     max_actions_per_turn: int = 2  # actions one reply may hold (the paper's runs use 2)
     enable_think: bool = True  # ask for <think>...</think> before <answer>
     format_penalty: float = -0.1  # added when a reply holds no valid action
-    max_turns: int = 5  # turns before the episode is cut (truncated)
+    max_turns: int = 5  # model replies per episode at most
 
     def __post_init__(self):
         if self.max_actions_per_turn < 1:
@@ -51,11 +54,17 @@ class ChatEnv:
 
     def __init__(self, env: str | gym.Env, config: ChatEnvConfig | None = None, **env_kwargs):
         self.env = gym.make(env, **env_kwargs) if isinstance(env, str) else env
-        self.env_id = env if isinstance(env, str) else getattr(self.env.spec, "id", type(env).__name__)
+        self.env_id = env if isinstance(env, str) else self.env.spec.id if self.env.spec else type(env).__name__
         self.config = config or ChatEnvConfig()
-        base = self.env.unwrapped
-        self.instructions = getattr(base, "instructions", "")
-        self.valid_actions = getattr(base, "valid_actions", None)
+        try:
+            self.instructions = self.env.get_wrapper_attr("instructions")
+            self.valid_actions = self.env.get_wrapper_attr("valid_actions")
+            self._parse_action = self.env.get_wrapper_attr("parse_action")
+        except AttributeError as error:
+            raise TypeError(f"ChatEnv needs an env with the ragen_envs.base.LLMEnv surface (instructions, "
+                            f"valid_actions, parse_action); {self.env_id}: {error}") from None
+        # Open-text tasks take the whole answer as one action.
+        self.max_actions = self.config.max_actions_per_turn if self.valid_actions else 1
         self.messages: list[dict[str, str]] = []
         self.turns: list[TurnRecord] = []
         self.reset_info: dict = {}  # the env's info at the last reset (e.g. optimal_solution_length)
@@ -65,18 +74,16 @@ class ChatEnv:
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, transition_seed: int | None = None) -> list[dict[str, str]]:
-        """Start an episode; ``seed`` fixes the initial state. ``transition_seed`` reseeds the env's
-        random generator after the reset, so envs sharing an initial state still draw their own
-        random transitions."""
-        obs, info = self.env.reset(seed=seed)
-        if transition_seed is not None:
-            self.env.unwrapped.np_random = np.random.default_rng(transition_seed)
+        """Start an episode; ``seed`` fixes the initial state, ``transition_seed`` the random
+        transitions after it, so envs sharing an initial state still draw their own."""
+        options = None if transition_seed is None else {"transition_seed": transition_seed}
+        obs, info = self.env.reset(seed=seed, options=options)
         self.turns, self.done, self.success, self.episode_return = [], False, False, 0.0
         self.reset_info = info
         c = self.config
         self.messages = [
             {"role": "system", "content": prompts.system_prompt(
-                self.instructions, self.valid_actions, c.max_actions_per_turn, c.enable_think)},
+                self.instructions, self.valid_actions, self.max_actions, c.enable_think)},
             {"role": "user", "content": self._turn_message(obs, feedback="")},
         ]
         return self.messages
@@ -87,11 +94,11 @@ class ChatEnv:
         if self.done:
             raise RuntimeError("the episode is over: call reset()")
         c = self.config
-        parsed = parse_response(response, c.max_actions_per_turn, c.enable_think)
+        parsed = parse_response(response, self.max_actions, c.enable_think, split=bool(self.valid_actions))
         played, rejected, reward, steps = [], [], 0.0, 0
         obs = None
         for action in parsed.actions:
-            if not self._is_valid(action):
+            if self._parse_action(action) is None:
                 rejected.append(action)
                 continue
             obs, r, terminated, truncated, info = self.env.step(action)
@@ -130,16 +137,12 @@ class ChatEnv:
         return record
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _is_valid(self, action: str) -> bool:
-        parse = getattr(self.env.unwrapped, "parse_action", None)
-        return parse is None or parse(action) is not None
-
     def _turn_message(self, obs: Any, feedback: str) -> str:
         self._last_observation = obs
         text = obs["text"] if isinstance(obs, dict) else str(obs)
         c = self.config
-        actions_left = (c.max_turns - len(self.turns)) * c.max_actions_per_turn
-        return prompts.turn_prompt(len(self.turns) + 1, text, actions_left, c.enable_think, feedback)
+        budget = prompts.budget(self.valid_actions, c.max_turns - len(self.turns), self.max_actions)
+        return prompts.turn_prompt(len(self.turns) + 1, text, budget, c.enable_think, feedback, self.valid_actions)
 
     def close(self) -> None:
         self.env.close()

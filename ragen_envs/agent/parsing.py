@@ -67,13 +67,15 @@ def split_actions(answer: str, max_actions: int) -> list[str]:
     return [a for a in actions if a][:max_actions]
 
 
-def parse_response(text: str, max_actions: int = 2, enable_think: bool = True) -> ParsedResponse:
+def parse_response(text: str, max_actions: int = 2, enable_think: bool = True,
+                   split: bool = True) -> ParsedResponse:
     """Parse a model reply into reasoning, actions and format validity.
 
     With ``enable_think`` the reply must hold ``<think>...</think>`` followed (after optional
     whitespace) by ``<answer>...</answer>``; without it, an ``<answer>...</answer>`` anywhere.
     ``format_ok`` is True when that shape is found and the answer names at least one action.
-    Extra actions beyond ``max_actions`` are dropped.
+    Extra actions beyond ``max_actions`` are dropped. ``split=False`` takes the whole answer as one
+    action (open-text tasks: an answer, a query or a program may itself hold ``||``).
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_response expects a str, got {type(text).__name__}")
@@ -89,6 +91,6 @@ def parse_response(text: str, max_actions: int = 2, enable_think: bool = True) -
         if answer is None:
             return ParsedResponse(reasoning=None)
         reasoning = None
-    actions = split_actions(answer, max_actions)
+    actions = split_actions(answer, max_actions) if split else [answer.strip()] if answer.strip() else []
     return ParsedResponse(reasoning=reasoning.strip() if reasoning is not None else None,
                           actions=actions, format_ok=bool(actions), answer=answer)

@@ -1,49 +1,75 @@
-"""Every text the agent loop shows a model. Change prompts here and nowhere else."""
+"""Every text the agent loop shows a model. Change prompts here and nowhere else.
+
+The wording fits any task: a game with a finite action set (several actions per reply, separated by
+``||``, and a count of actions left), or an open-text task such as a question with retries, a
+search, a shop or a program (one answer per reply, and a count of replies left). Both wrap the
+action the same way: ``<answer>...</answer>``, after ``<think>...</think>`` when thinking is on.
+"""
 
 from __future__ import annotations
 
-SYSTEM = """You are a helpful assistant playing a game in turns.
+SYSTEM = """You are a helpful assistant. You work on the task below in turns: each turn you see the \
+current observation and reply.
 
 {instructions}
 
-You may take up to {max_actions} action(s) per turn, separated by "||".
+{action_rule}
 {format_rule}"""
 
-FORMAT_THINK = (
-    "Reply in this format and nothing else: <think> your reasoning </think> <answer> your action(s) </answer>"
-)
-FORMAT_NO_THINK = "Reply in this format and nothing else: <answer> your action(s) </answer>"
+ACTIONS_RULE = 'You may take up to {max_actions} action(s) per turn, separated by "||".'
+ANSWER_RULE = "Each reply holds exactly one answer."
 
-EXAMPLE = 'For example: {example}'
+FORMAT_THINK = "Reply in this format and nothing else: <think> your reasoning </think> <answer> {what} </answer>"
+FORMAT_NO_THINK = "Reply in this format and nothing else: <answer> {what} </answer>"
+
+EXAMPLE = "For example: {example}"
 
 TURN = """Turn {turn}:
-{feedback}State:
+{feedback}Observation:
 {observation}
-You have {actions_left} actions left. {format_reminder}"""
+{budget} {format_reminder}"""
+
+ACTIONS_LEFT = "You have {n} actions left."
+REPLIES_LEFT = "You have {n} {replies} left."
 
 REMINDER_THINK = (
-    "Always output: <think> [your thoughts] </think> <answer> [your actions] </answer> with no extra text. "
+    "Always output: <think> [your thoughts] </think> <answer> [{what}] </answer> with no extra text. "
     "Strictly follow this format."
 )
-REMINDER_NO_THINK = "Always output: <answer> [your actions] </answer> with no extra text. Strictly follow this format."
+REMINDER_NO_THINK = "Always output: <answer> [{what}] </answer> with no extra text. Strictly follow this format."
 
-FEEDBACK_REWARD = "Reward from your last actions: {reward:+.2f}.\n"
+FEEDBACK_REWARD = "Reward from your last reply: {reward:+.2f}.\n"
 FEEDBACK_INVALID = "Your last reply was invalid: {why}. Nothing happened (format penalty {penalty:+.2f}).\n"
 FEEDBACK_SOME_INVALID = "Ignored invalid actions: {actions}.\n"
 
 
+def _what(valid_actions: list[str] | None) -> str:
+    return "your action(s)" if valid_actions else "your answer"
+
+
 def system_prompt(instructions: str, valid_actions: list[str] | None, max_actions: int,
                   enable_think: bool) -> str:
-    rule = FORMAT_THINK if enable_think else FORMAT_NO_THINK
+    """``valid_actions`` None marks an open-text task: one answer per reply."""
+    what = _what(valid_actions)
+    rule = (FORMAT_THINK if enable_think else FORMAT_NO_THINK).format(what=what)
     if valid_actions:
         sample = " || ".join(valid_actions[:max_actions])
         example = (f"<think> ... </think> <answer> {sample} </answer>" if enable_think
                    else f"<answer> {sample} </answer>")
         rule += "\n" + EXAMPLE.format(example=example)
-    return SYSTEM.format(instructions=instructions.strip(), max_actions=max_actions, format_rule=rule)
+    action_rule = ACTIONS_RULE.format(max_actions=max_actions) if valid_actions else ANSWER_RULE
+    return SYSTEM.format(instructions=instructions.strip(), action_rule=action_rule, format_rule=rule)
 
 
-def turn_prompt(turn: int, observation: str, actions_left: int, enable_think: bool, feedback: str = "") -> str:
-    reminder = REMINDER_THINK if enable_think else REMINDER_NO_THINK
-    return TURN.format(turn=turn, feedback=feedback, observation=observation, actions_left=actions_left,
+def turn_prompt(turn: int, observation: str, budget: str, enable_think: bool, feedback: str = "",
+                valid_actions: list[str] | None = None) -> str:
+    reminder = (REMINDER_THINK if enable_think else REMINDER_NO_THINK).format(what=_what(valid_actions))
+    return TURN.format(turn=turn, feedback=feedback, observation=observation, budget=budget,
                        format_reminder=reminder)
+
+
+def budget(valid_actions: list[str] | None, turns_left: int, max_actions: int) -> str:
+    """Actions left where the action set is finite; replies left for open-text tasks."""
+    if valid_actions:
+        return ACTIONS_LEFT.format(n=turns_left * max_actions)
+    return REPLIES_LEFT.format(n=turns_left, replies="reply" if turns_left == 1 else "replies")

@@ -33,22 +33,21 @@ from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
 
 @dataclass
 class RolloutConfig:
-    n_groups: int = 8  # P: prompt groups per batch (ignored when envs is a dict of counts)
+    n_groups: int = field(default=8, metadata={"flag": "groups"})  # P: prompt groups (per env without a count)
     group_size: int = 4  # G: samples per group, all from the same initial state
-    max_turns: int = 5  # model replies per episode at most
-    max_actions_per_turn: int = 2  # actions one reply may hold
-    enable_think: bool = True  # ask for <think>...</think> before <answer>
-    format_penalty: float = -0.1  # reward added to a reply without a valid action
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    chat: ChatEnvConfig = field(default_factory=ChatEnvConfig)  # turns, actions per turn, format, penalty
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # temperature, top-p, tokens per turn
     max_prompt_tokens: int | None = None  # default: the model's context minus max_new_tokens
     env_workers: int = 1  # threads stepping envs (1: in the calling thread)
-    seed: int = 0  # first env seed; later calls continue from where the last one stopped
-    env_kwargs: dict[str, dict] = field(default_factory=dict)  # env id -> keyword arguments
+    seed: int = 0  # first env seed (later batches continue from it); sampling and shuffling derive from it
+    env_kwargs: dict[str, dict] = field(default_factory=dict)  # JSON: env id -> keyword arguments for gym.make
 
     def __post_init__(self):
-        for name in ("n_groups", "group_size", "max_turns", "env_workers"):
+        for name in ("n_groups", "group_size", "env_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {self.max_prompt_tokens}")
 
 
 class RolloutRunner:
@@ -63,10 +62,6 @@ class RolloutRunner:
         self.group_envs = [env_id for env_id, n in mix.items() for _ in range(n)]
         self.next_seed = self.config.seed
         self.calls = 0
-        c = self.config
-        self.chat_config = ChatEnvConfig(max_actions_per_turn=c.max_actions_per_turn,
-                                         enable_think=c.enable_think, format_penalty=c.format_penalty,
-                                         max_turns=c.max_turns)
         self._envs: list[ChatEnv] | None = None
 
     @property
@@ -79,7 +74,7 @@ class RolloutRunner:
     def _make_envs(self) -> list[ChatEnv]:
         if self._envs is None:  # built once, reset every call
             g = self.config.group_size
-            self._envs = [ChatEnv(env_id, self.chat_config, **self.config.env_kwargs.get(env_id, {}))
+            self._envs = [ChatEnv(env_id, self.config.chat, **self.config.env_kwargs.get(env_id, {}))
                           for env_id in self.group_envs for _ in range(g)]
         return self._envs
 
@@ -102,7 +97,7 @@ class RolloutRunner:
         active = list(range(len(envs)))
         pool = ThreadPoolExecutor(c.env_workers) if c.env_workers > 1 else None
         try:
-            for turn in range(c.max_turns):
+            for turn in range(c.chat.max_turns):
                 active = [i for i in active if not envs[i].done and not self._fit(i, envs, prompts, dropped,
                                                                                   trajectories)]
                 if not active:
@@ -118,7 +113,7 @@ class RolloutRunner:
 
                 records = list((pool.map if pool else map)(step, zip(active, replies)))
                 for i, gen, record in zip(active, generations, records):
-                    start, end = think_span(tok, gen.token_ids) if c.enable_think else (None, None)
+                    start, end = think_span(tok, gen.token_ids) if c.chat.enable_think else (None, None)
                     trajectories[i].turns.append(Turn(
                         prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
                         response=gen.text, reasoning=record.reasoning, actions=record.actions,

@@ -203,6 +203,12 @@ class FrozenLakeEnv(GridEnv):
         """The optimal policy's action at the player's position."""
         return str(self.optimal_policy()[self._player])
 
+    def oracle_action(self) -> str | None:
+        """The optimal policy's action (``optimal_action``); None once in a hole or on the goal."""
+        if self._holes[self._player] or self._player == self._goal:
+            return None
+        return self.optimal_action()
+
     # -- views -----------------------------------------------------------------------------------
     def _tile_codes(self) -> np.ndarray:
         codes = np.where(self._holes, HOLE, FROZEN)

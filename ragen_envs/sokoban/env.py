@@ -172,6 +172,11 @@ class SokobanEnv(GridEnv):
         moves = solve(level.walls, level.targets, self._boxes, self._player, max_nodes=max_nodes)
         return None if moves is None else [ACTION_NAMES[d] for d in moves]
 
+    def oracle_action(self) -> str | None:
+        """The first move of an optimal solution; None when the position is lost (a box stuck)."""
+        plan = self.solve()
+        return plan[0] if plan else None
+
     # -- views -----------------------------------------------------------------------------------
     def _tile_codes(self) -> np.ndarray:
         level = self._level

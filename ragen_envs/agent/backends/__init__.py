@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from ragen_envs.agent.backends.base import Generation, Policy, SamplingConfig
 
 BACKENDS = ("transformers", "vllm", "openai")
+
+
+@dataclass
+class PolicyConfig:
+    backend: Literal[BACKENDS] = "transformers"  # transformers (CPU default), vllm, or openai (any OpenAI server)
+    model: str | None = None  # path or hub id (default: the embedded SmolLM2-135M-Instruct); openai: served name
+    base_url: str = "http://127.0.0.1:8000/v1"  # openai backend: the server's URL
+    tokenizer: str | None = None  # openai backend: tokenizer path or id (chat template and token ids)
+    device: str | None = None  # transformers backend: cpu, cuda, ... (default: cuda when available)
+
+    def make(self) -> Policy:
+        if self.backend == "openai":
+            return make_policy("openai", self.model, base_url=self.base_url, tokenizer=self.tokenizer)
+        if self.backend == "transformers":
+            return make_policy("transformers", self.model, device=self.device)
+        return make_policy(self.backend, self.model)
 
 
 def make_policy(backend: str, model=None, **kwargs) -> Policy:
@@ -26,4 +45,4 @@ def make_policy(backend: str, model=None, **kwargs) -> Policy:
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
-__all__ = ["BACKENDS", "Generation", "Policy", "SamplingConfig", "make_policy"]
+__all__ = ["BACKENDS", "Generation", "Policy", "PolicyConfig", "SamplingConfig", "make_policy"]

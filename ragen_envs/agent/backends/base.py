@@ -25,9 +25,10 @@ class SamplingConfig:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0  # nucleus sampling mass (1 = off)
     top_k: int = 0  # keep the k most likely tokens (0 = off)
-    max_new_tokens: int = 256  # per turn
+    max_new_tokens: int = 128  # generated tokens per turn at most
     stop: list[str] = field(default_factory=lambda: ["</answer>"])  # kept in the output text
-    seed: int | None = None  # sampling seed; each prompt of a batch draws its own stream from it
+    # sampling seed; each prompt of a batch draws its own stream from it (None: from the rollout seed)
+    seed: int | None = field(default=None, metadata={"flag": "sampling-seed"})
 
     def __post_init__(self):
         if self.temperature < 0:

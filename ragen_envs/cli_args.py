@@ -1,0 +1,160 @@
+"""Command-line flags derived from config dataclasses, so a flag and its default cannot drift.
+
+Each field of a config dataclass becomes ``--field-name`` (or ``metadata["flag"]``), with the field's
+default and, as help, the comment written beside the field (or the comment lines above it). A field
+that is itself a dataclass adds its own fields, flat. ``Literal`` types give choices, ``bool`` gives
+``--x/--no-x``, ``dict`` takes JSON, ``list[str]`` takes several values, ``X | None`` also takes
+``none``. ``build`` turns the parsed namespace back into the nested config; ``flatten`` turns a saved
+config (a nested dict) into parser defaults, for ``--config FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import io
+import json
+import tokenize
+import types
+import typing
+from functools import lru_cache
+from typing import Any, Literal
+
+
+def _dest(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag", f.name).replace("-", "_")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise TypeError(f"config field {f.name} needs a default")
+
+
+@lru_cache(maxsize=None)
+def field_comments(cls: type) -> dict[str, str]:
+    """Field name -> the comment beside it, or the comment lines just above it."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    lines = source.splitlines()
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    out = {}
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        name = stripped.split(":", 1)[0]
+        if not name.isidentifier() or ":" not in stripped or line[:len(line) - len(line.lstrip())] != "    ":
+            continue
+        if number in comments and not stripped.startswith("#"):
+            out[name] = comments[number]
+            continue
+        above, k = [], number - 1
+        while k in comments and lines[k - 1].strip().startswith("#"):
+            above.insert(0, comments[k])
+            k -= 1
+        if above and not above[0].startswith("--"):
+            out[name] = " ".join(above)
+    return out
+
+
+def _parts(tp) -> tuple[Any, bool]:
+    """(the type without None, whether None is allowed)."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return tp, False
+
+
+def _converter(tp, optional: bool):
+    origin = typing.get_origin(tp)
+    if tp is dict or origin is dict:
+        base = json.loads
+    elif tp in (int, float, str):
+        base = tp
+    elif origin is Literal:
+        base = str
+    else:
+        raise TypeError(f"no command-line form for {tp}")
+
+    def convert(text: str):
+        if optional and text.lower() == "none":
+            return None
+        return base(text)
+
+    convert.__name__ = getattr(base, "__name__", "value")
+    return convert
+
+
+def add_config(parser: argparse.ArgumentParser, cls: type, include: set[str] | None = None) -> None:
+    """Add a flag per (nested) field of ``cls``; ``include`` limits the top-level fields."""
+    hints = typing.get_type_hints(cls)
+    comments = field_comments(cls)
+    taken = {a.dest for a in parser._actions}
+    for f in dataclasses.fields(cls):
+        if include is not None and f.name not in include:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            add_config(parser, tp)
+            continue
+        dest, default = _dest(f), _default(f)
+        if dest in taken:
+            raise ValueError(f"flag --{dest.replace('_', '-')} of {cls.__name__}.{f.name} is already taken")
+        flag = "--" + dest.replace("_", "-")
+        help_text = comments.get(f.name, "")
+        inner, optional = _parts(tp)
+        kwargs: dict[str, Any] = {"dest": dest, "default": default, "help": f"{help_text} (default: {default!r})"}
+        if inner is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(inner) is list:
+            kwargs.update(nargs="*", type=str)
+        else:
+            choices = list(typing.get_args(inner)) if typing.get_origin(inner) is Literal else None
+            # "none" may itself be a choice (scale_rewards): then None is reachable only as the default.
+            optional = optional and not (choices and "none" in choices)
+            kwargs["type"] = _converter(inner, optional)
+            if choices:
+                kwargs["choices"] = choices + ([None] if optional else [])
+        parser.add_argument(flag, **kwargs)
+        taken.add(dest)
+
+
+def build(cls: type, args: argparse.Namespace, include: set[str] | None = None):
+    """The config ``cls`` from parsed flags (fields without a flag keep their defaults)."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if include is not None and f.name not in include:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            values[f.name] = build(tp, args)
+        elif hasattr(args, _dest(f)):
+            values[f.name] = getattr(args, _dest(f))
+    return cls(**values)
+
+
+def flatten(cls: type, data: dict, where: str = "") -> dict[str, Any]:
+    """Parser defaults (dest -> value) from a nested dict shaped like ``cls``; unknown keys fail."""
+    hints = typing.get_type_hints(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    out = {}
+    for key, value in data.items():
+        if key not in by_name:
+            raise ValueError(f"unknown config key {where}{key!r} (known: {', '.join(by_name)})")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ValueError(f"config key {where}{key!r} must be a mapping, got {value!r}")
+            out.update(flatten(tp, value, f"{where}{key}."))
+        else:
+            out[_dest(by_name[key])] = value
+    return out

@@ -1,0 +1,87 @@
+"""The environment catalogue: the one list of environments that registration, tests, the CLI
+(``ragen list``), the README's table, the demos and the benchmarks read.
+
+Adding an environment is its package (``ragen_envs/<name>/``), one ``EnvEntry`` line below and its own
+test file; the shared contract suite (``tests/test_env_contract.py``) then covers it. A variant of an
+env (a harder level set, a slippery lake) is an entry of its own with preset ``kwargs``, so it has
+an id of its own, as the paper's configs name them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import gymnasium
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    id: str  # Gymnasium id, "Ragen/Name-vN"
+    entry_point: str  # "module:Class"
+    description: str  # one line, shown by `ragen list` and the README table
+    kwargs: dict[str, Any] = field(default_factory=dict)  # preset arguments (callers may override them)
+    extra: str | None = None  # optional extra the env needs: pip install "ragen-envs[extra]"
+    requires: tuple[str, ...] = ()  # modules of that extra, checked at gym.make
+    offline_data: str | None = "generated"  # its data source with no network; None: needs the network
+
+
+CATALOGUE: list[EnvEntry] = [
+    EnvEntry("Ragen/Sokoban-v0", "ragen_envs.sokoban:SokobanEnv",
+             "push every box onto a target; generated 6x6 levels with one box, always solvable"),
+    EnvEntry("Ragen/SokobanLarger-v0", "ragen_envs.sokoban:SokobanEnv",
+             "Sokoban in 8x8 rooms with two boxes (RAGEN's LargerSokoban)",
+             kwargs={"dim_room": (8, 8), "num_boxes": 2}),
+    EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
+             "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
+             kwargs={"observation_format": "grid_coord"}),
+    EnvEntry("Ragen/FrozenLake-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
+             "cross the ice to the goal; random 4x4 maps with a path, no slip"),
+    EnvEntry("Ragen/FrozenLakeSlippery-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
+             "FrozenLake where 2/3 of moves slip sideways (Gymnasium's is_slippery, RAGEN's default)",
+             kwargs={"slip": 2 / 3}),
+    EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
+             "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
+             kwargs={"observation_format": "grid_coord"}),
+]
+
+#: id -> entry, in catalogue order.
+ENVIRONMENTS: dict[str, EnvEntry] = {entry.id: entry for entry in CATALOGUE}
+
+
+class MissingExtraError(ImportError):
+    """An environment's optional dependencies are not installed."""
+
+
+def load_class(entry: EnvEntry) -> type:
+    """The env class of an entry, after checking its extra is installed."""
+    missing = [name for name in entry.requires if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtraError(
+            f"{entry.id} needs the optional extra {entry.extra!r} (missing: {', '.join(missing)}): "
+            f'pip install "ragen-envs[{entry.extra}]"')
+    module, _, name = entry.entry_point.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _create(entry_id: str, **kwargs):
+    return load_class(ENVIRONMENTS[entry_id])(**kwargs)
+
+
+def register(entry: EnvEntry) -> None:
+    """Register ``entry`` with Gymnasium (once). The entry point checks the extra before importing."""
+    ENVIRONMENTS.setdefault(entry.id, entry)
+    if entry.id not in gymnasium.registry:
+        # No TimeLimit wrapper: each env truncates at its own `max_steps` argument.
+        gymnasium.register(id=entry.id, entry_point=partial(_create, entry.id), kwargs=dict(entry.kwargs))
+
+
+def markdown_table() -> str:
+    """The README's environment table."""
+    rows = ["| id | what | extra | offline data |", "|---|---|---|---|"]
+    for e in ENVIRONMENTS.values():
+        rows.append(f"| `{e.id}` | {e.description} | {e.extra or '-'} | {e.offline_data or 'no (network)'} |")
+    return "\n".join(rows)
