@@ -1,11 +1,13 @@
 """Environment throughput: reset and step rates, and Sokoban level generation times.
 
 Prints, in one run:
-1. reset/s and step/s of Ragen/Sokoban-v0 and Ragen/FrozenLake-v0 with text and with image
-   observations, next to Gymnasium's FrozenLake-v1 (integer observations, fixed 4x4 map);
+1. reset/s and step/s of every env of the catalogue (text observations; the grid games also with
+   image and both), next to Gymnasium's FrozenLake-v1 (integer observations, fixed 4x4 map);
 2. Sokoban generation time (mean, p99, max) by room size, ours next to gym-sokoban's generator
    (``pip install --no-deps gym-sokoban``; skipped when absent), with the ratio of means, plus the
-   time our reset spends on top of generation to compute the optimal solution length.
+   whole reset (generation and the optimal-length solve);
+3. the reset's tail at 10x10 with 3 boxes: mean / p99 / max over 1,000 seeds, and how many levels
+   ran past the solver's node budget (``solver_nodes``) and report no optimal length.
 
     python benchmarks/env_throughput.py [--quick]
 """
@@ -21,7 +23,8 @@ import warnings
 import gymnasium as gym
 import numpy as np
 
-import ragen_envs  # noqa: F401
+from ragen_envs.grid import GridEnv
+from ragen_envs.registry import ENVIRONMENTS, load_class
 from ragen_envs.sokoban.generator import generate_level
 
 ROOMS = [((6, 6), 1), ((8, 8), 2), ((10, 10), 3)]
@@ -84,17 +87,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer samples")
     args = parser.parse_args()
     seconds = 0.5 if args.quick else 2.0
-    moves = ["Up", "Right", "Down", "Left", "Left", "Up"]
 
     print("== reset and step rates (per second, one process) ==")
     baseline = rates(lambda: gym.make("FrozenLake-v1", is_slippery=False), [0, 1, 2, 3, 3, 0], seconds)
     print(f"{'env':44s} {'reset/s':>10s} {'step/s':>10s} {'step vs FrozenLake-v1':>22s}")
     label = "FrozenLake-v1 (Gymnasium, baseline)"
     print(f"{label:44s} {baseline[0]:10.0f} {baseline[1]:10.0f} {'1.00x':>22s}")
-    for env_id in ("Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"):
-        for obs_type in ("text", "image", "both"):
-            r = rates(lambda: gym.make(env_id, observation_type=obs_type), moves, seconds)
-            label = f"{env_id} ({obs_type})"
+    for entry in ENVIRONMENTS.values():
+        grid = issubclass(load_class(entry), GridEnv)
+        actions = gym.make(entry.id).unwrapped.valid_actions or ["1", "42", "hello"]
+        for obs_type in ("text", "image", "both") if grid and not entry.kwargs else ("text",):
+            kwargs = {"observation_type": obs_type} if grid else {}
+            r = rates(lambda: gym.make(entry.id, **kwargs), actions, seconds)
+            label = f"{entry.id} ({obs_type})"
             print(f"{label:44s} {r[0]:10.0f} {r[1]:10.0f} {r[1] / baseline[1]:21.2f}x")
 
     print("\n== Sokoban level generation, ms per level ==")
@@ -122,6 +127,15 @@ def main() -> None:
                 theirs = timings(lambda i: peer(dim, boxes), peer_count)
             line += f" {theirs[0]:17.1f} {theirs[1]:8.1f} {theirs[2]:8.1f} {theirs[0] / ours[0]:8.0f}x"
         print(line)
+
+    print("\n== Sokoban reset tail, 10x10 with 3 boxes ==")
+    env = gym.make("Ragen/Sokoban-v0", dim_room=(10, 10), num_boxes=3).unwrapped
+    seeds = 200 if args.quick else 1000
+    over_budget = []
+    mean, p99, worst = timings(lambda i: over_budget.append(env.reset(seed=i)[1]["optimal_solution_length"] is None),
+                               seeds)
+    print(f"{seeds} seeds: mean {mean:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms; "
+          f"{sum(over_budget)} over the solver budget ({env.solver_nodes} nodes)")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ def test_unknown_kwarg_is_rejected_by_name(env_id):
     ("Ragen/Sokoban-v0", {"num_boxes": 0}, "num_boxes"),
     ("Ragen/Sokoban-v0", {"num_boxes": 10}, "num_boxes"),
     ("Ragen/Sokoban-v0", {"search_depth": 0}, "search_depth"),
+    ("Ragen/Sokoban-v0", {"solver_nodes": 0}, "solver_nodes"),
     ("Ragen/Sokoban-v0", {"max_steps": 0}, "max_steps"),
     ("Ragen/Sokoban-v0", {"observation_format": "ascii"}, "observation_format"),
     ("Ragen/Sokoban-v0", {"observation_type": "video"}, "observation_type"),

@@ -175,3 +175,13 @@ def test_class_is_usable_without_gymnasium_make():
     env = SokobanEnv()
     obs, _ = env.reset(seed=0)
     assert len(obs.splitlines()) == 6
+
+
+def test_the_solver_budget_bounds_the_reset():
+    # A budget too small for a 10x10 room with three boxes: the length is reported unknown, not stalled on.
+    small = gym.make("Ragen/Sokoban-v0", dim_room=(10, 10), num_boxes=3, solver_nodes=50).unwrapped
+    full = gym.make("Ragen/Sokoban-v0", dim_room=(10, 10), num_boxes=3).unwrapped
+    lengths = [(small.reset(seed=s)[1]["optimal_solution_length"], full.reset(seed=s)[1]["optimal_solution_length"])
+               for s in range(20)]
+    assert any(a is None and b is not None for a, b in lengths)
+    assert all(a == b for a, b in lengths if a is not None)
