@@ -18,17 +18,16 @@ import time
 
 from ragen_envs.agent import ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig
 from ragen_envs.agent import chat_encoding
+from ragen_envs.registry import ENVIRONMENTS
 
-ENV = "Ragen/Sokoban-v0"
 
-
-def naive(policy, config: RolloutConfig) -> tuple[int, int, int, float]:
+def naive(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, int, float]:
     """Play the same P x G episodes one by one; return (generated tokens, turns, env steps, seconds)."""
     tokens = turns = steps = 0
     start = time.perf_counter()
     for group in range(config.n_groups):
         for sample in range(config.group_size):
-            env = ChatEnv(ENV, config.chat)
+            env = ChatEnv(env_id, config.chat)
             prompt = policy.encode_chat(env.reset(seed=config.seed + group))
             for turn in range(config.chat.max_turns):
                 sampling = SamplingConfig(**{**config.sampling.__dict__, "seed": group * 1000 + sample * 10 + turn})
@@ -43,9 +42,9 @@ def naive(policy, config: RolloutConfig) -> tuple[int, int, int, float]:
     return tokens, turns, steps, time.perf_counter() - start
 
 
-def grouped(policy, config: RolloutConfig) -> tuple[int, int, int, float]:
+def grouped(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, int, float]:
     start = time.perf_counter()
-    trajs = RolloutRunner(ENV, policy, config).collect()
+    trajs = RolloutRunner(env_id, policy, config).collect()
     seconds = time.perf_counter() - start
     tokens = sum(len(t.response_ids) for traj in trajs for t in traj.turns)
     turns = sum(traj.num_turns for traj in trajs)
@@ -66,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--env", choices=list(ENVIRONMENTS), default=next(iter(ENVIRONMENTS)))
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
@@ -78,19 +78,19 @@ def main() -> None:
 
     policy = TransformersPolicy(args.model)
     policy.generate([[{"role": "user", "content": "warm up"}]], SamplingConfig(max_new_tokens=2))
-    print(f"{ENV}: {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
+    print(f"{args.env}: {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
           f"{args.max_new_tokens} new tokens per turn")
     print(f"{'run':30s} {'tokens':>7s} {'turns':>6s} {'steps':>6s} {'seconds':>8s} {'tokens/s':>9s} "
           f"{'turns/s':>8s} {'tokens/s vs naive':>18s}")
-    base = naive(policy, config)
+    base = naive(args.env, policy, config)
     row("naive loop, transformers", base)
-    row("grouped runner, transformers", grouped(policy, config), base)
+    row("grouped runner, transformers", grouped(args.env, policy, config), base)
     if importlib.util.find_spec("vllm") is not None:
         from ragen_envs.agent.backends.vllm import VLLMPolicy
 
         fast = VLLMPolicy(args.model, max_model_len=4096)
         fast.generate([[{"role": "user", "content": "warm up"}]], SamplingConfig(max_new_tokens=2))
-        row("grouped runner, vLLM", grouped(fast, config), base)
+        row("grouped runner, vLLM", grouped(args.env, fast, config), base)
     else:
         print("(vLLM not installed: no vLLM row)")
 
