@@ -59,7 +59,7 @@ from trainers.scoring import TokenScorer
 class Trainer:
     """Args:
         model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default.
-        env: an env id, or a dict env id -> number of prompt groups (a mix; overrides num_prompts).
+        env: an env id, or a dict env id -> number of prompt groups (a mix; overrides rollout.n_groups).
         config: the hyperparameters.
         callbacks: objects with ``on_iteration_end(trainer, iteration, metrics)``.
         Resuming (``config.resume_from_checkpoint``) takes the same initial ``model``: it is the KL
