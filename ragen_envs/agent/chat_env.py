@@ -78,6 +78,7 @@ class ChatEnv:
         transitions after it, so envs sharing an initial state still draw their own."""
         options = None if transition_seed is None else {"transition_seed": transition_seed}
         obs, info = self.env.reset(seed=seed, options=options)
+        self.instructions = self.env.get_wrapper_attr("instructions")  # an env may word them per episode
         self.turns, self.done, self.success, self.episode_return = [], False, False, 0.0
         self.reset_info = info
         c = self.config
