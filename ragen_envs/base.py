@@ -19,6 +19,8 @@ remote client, which exposes the same names):
   compute it), or None where it knows none; demos, benchmarks and warm starts play it.
 - ``info`` at reset and at every step holds ``action_is_valid``, ``action_is_effective`` (the state
   changed) and ``success``; envs add their own keys (``optimal_solution_length`` at reset, ...).
+- Terminal states are absorbing, as in Gymnasium's toy-text envs: after ``terminated``, every step
+  returns the same observation, reward 0 and ``terminated=True``.
 
 Subclasses implement ``_new_episode``, ``parse_action``, ``_apply``, ``_observation`` and
 ``_is_success``. ``GridEnv`` (``grid.py``) adds boards, images and rendering for grid games;
@@ -63,6 +65,7 @@ class LLMEnv(gym.Env):
         self.action_space = TextSpace(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self._elapsed_steps = 0
         self._started = False
+        self._terminated = False
 
     # -- what subclasses implement -------------------------------------------------------------
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +96,7 @@ class LLMEnv(gym.Env):
         options = dict(options or {})
         transition_seed = options.pop("transition_seed", None)
         self._elapsed_steps = 0
+        self._terminated = False
         extra = self._new_episode(options)
         if transition_seed is not None:
             # The initial state is drawn; what follows comes from its own stream.
@@ -112,10 +116,11 @@ class LLMEnv(gym.Env):
         # Every call counts towards max_steps, invalid ones too, so an episode always ends.
         self._elapsed_steps += 1
         parsed = self.parse_action(action) if isinstance(action, str) else None
-        if parsed is None:
-            reward, terminated, effective = 0.0, False, False
+        if parsed is None or self._terminated:
+            reward, terminated, effective = 0.0, self._terminated, False
         else:
             reward, terminated, effective = self._apply(parsed)
+        self._terminated = terminated
         truncated = not terminated and self._elapsed_steps >= self.max_steps
         if self.render_mode == "human":
             self.render()

@@ -228,6 +228,22 @@ def test_oracle_actions_are_valid(any_env_id):
             break
 
 
+def test_terminal_states_are_absorbing(any_env_id):
+    env = gym.make(any_env_id)
+    oracle = env.get_wrapper_attr("oracle_action")
+    for seed in range(10):
+        env.reset(seed=seed)
+        terminated = truncated = False
+        while not (terminated or truncated) and (action := oracle()) is not None:
+            obs, _, terminated, truncated, _ = env.unwrapped.step(action)
+        if terminated:
+            break
+    assert terminated, "no oracle episode ended in a terminal state"
+    for action in [*_actions(env), ""]:
+        after, reward, still, _, info = env.unwrapped.step(action)
+        assert _text(after) == _text(obs) and reward == 0.0 and still and not info["action_is_effective"]
+
+
 def test_ansi_render_is_the_text(any_env_id):
     env = gym.make(any_env_id, render_mode="ansi")
     obs, _ = env.reset(seed=0)
