@@ -52,3 +52,12 @@ def test_import_and_make_load_no_torch():
     loaded = json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
                                        text=True).stdout)
     assert loaded == []
+
+
+def test_the_cli_parses_and_lists_without_torch():
+    # `ragen list` and building every command's flags stay light; only running a model loads torch.
+    script = ("import json, sys; from ragen_envs.cli import main, parse; main(['list']);"
+              "[parse([c, '--env', 'Ragen/Sokoban-v0']) for c in ('eval', 'train')];"
+              "print(json.dumps('torch' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout
+    assert out.splitlines()[-1] == "false"

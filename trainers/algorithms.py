@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo")
+from trainers.config import LOSS_TYPES
 
 
 # -- advantages ----------------------------------------------------------------------------------

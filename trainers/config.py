@@ -6,10 +6,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from ragen_envs.agent.rollout import RolloutConfig
-from trainers.algorithms import LOSS_TYPES
 from trainers.filtering import METRICS, STRATEGIES
 
+# The option sets live here, not beside their torch code, so the CLI builds its parser without torch.
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
+LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo")  # loss aggregations of trainers.algorithms.aggregate
 SCALES = ("group", "batch", "none")
 PRECISIONS = ("auto", "bf16", "no")
 
