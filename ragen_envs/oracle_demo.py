@@ -12,14 +12,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from ragen_envs.registry import ENVIRONMENTS
+from ragen_envs.registry import ENVIRONMENTS, load_class
 
 
 def play(env_id: str, seed: int, out: Path) -> float:
     """One oracle episode; returns its return."""
-    probe = gym.make(env_id)
-    images = "rgb_array" in probe.metadata.get("render_modes", [])
-    probe.close()
+    images = "rgb_array" in load_class(ENVIRONMENTS[env_id]).metadata["render_modes"]
     env = gym.make(env_id, render_mode="rgb_array") if images else gym.make(env_id)
     oracle = env.get_wrapper_attr("oracle_action")
     obs, info = env.reset(seed=seed)

@@ -78,7 +78,6 @@ class Trainer:
         # What the resolved config records: the model as given (None: the embedded default).
         self.model_name = None if model is None else str(model) if isinstance(model, (str, Path)) \
             else getattr(model.config, "_name_or_path", None)
-        self.env_mix = {env: cfg.rollout.n_groups} if isinstance(env, str) else dict(env)
         if model is None or isinstance(model, (str, Path)):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -130,7 +129,7 @@ class Trainer:
         """``config.json`` next to the metrics: every field resolved, plus env and model, so
         ``ragen train --config`` repeats the run."""
         path = self.output_dir / "config.json"
-        record = {"model": self.model_name, "env": self.env_mix, **self.config.to_dict()}
+        record = {"model": self.model_name, "env": self.runner.mix, **self.config.to_dict()}
         path.write_text(json.dumps(record, indent=2) + "\n")
         return path
 

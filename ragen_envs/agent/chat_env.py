@@ -142,8 +142,8 @@ class ChatEnv:
         self._last_observation = obs
         text = obs["text"] if isinstance(obs, dict) else str(obs)
         c = self.config
-        budget = prompts.budget(self.valid_actions, c.max_turns - len(self.turns), self.max_actions)
-        return prompts.turn_prompt(len(self.turns) + 1, text, budget, c.enable_think, feedback, self.valid_actions)
+        return prompts.turn_prompt(len(self.turns) + 1, text, self.valid_actions, c.max_turns - len(self.turns),
+                                   self.max_actions, c.enable_think, feedback)
 
     def close(self) -> None:
         self.env.close()

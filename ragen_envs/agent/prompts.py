@@ -61,15 +61,13 @@ def system_prompt(instructions: str, valid_actions: list[str] | None, max_action
     return SYSTEM.format(instructions=instructions.strip(), action_rule=action_rule, format_rule=rule)
 
 
-def turn_prompt(turn: int, observation: str, budget: str, enable_think: bool, feedback: str = "",
-                valid_actions: list[str] | None = None) -> str:
+def turn_prompt(turn: int, observation: str, valid_actions: list[str] | None, turns_left: int, max_actions: int,
+                enable_think: bool, feedback: str = "") -> str:
+    """The budget left is counted in actions where the action set is finite, else in replies."""
+    if valid_actions:
+        budget = ACTIONS_LEFT.format(n=turns_left * max_actions)
+    else:
+        budget = REPLIES_LEFT.format(n=turns_left, replies="reply" if turns_left == 1 else "replies")
     reminder = (REMINDER_THINK if enable_think else REMINDER_NO_THINK).format(what=_what(valid_actions))
     return TURN.format(turn=turn, feedback=feedback, observation=observation, budget=budget,
                        format_reminder=reminder)
-
-
-def budget(valid_actions: list[str] | None, turns_left: int, max_actions: int) -> str:
-    """Actions left where the action set is finite; replies left for open-text tasks."""
-    if valid_actions:
-        return ACTIONS_LEFT.format(n=turns_left * max_actions)
-    return REPLIES_LEFT.format(n=turns_left, replies="reply" if turns_left == 1 else "replies")

@@ -56,7 +56,7 @@ class RolloutRunner:
     def __init__(self, envs: str | dict[str, int], policy: Policy, config: RolloutConfig | None = None):
         self.config = config or RolloutConfig()
         self.policy = policy
-        mix = {envs: self.config.n_groups} if isinstance(envs, str) else dict(envs)
+        self.mix = mix = {envs: self.config.n_groups} if isinstance(envs, str) else dict(envs)  # id -> groups
         if not mix or any(n < 1 for n in mix.values()):
             raise ValueError(f"envs must be an env id or a dict of env id -> groups >= 1, got {envs!r}")
         self.group_envs = [env_id for env_id, n in mix.items() for _ in range(n)]

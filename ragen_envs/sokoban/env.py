@@ -55,7 +55,6 @@ from ragen_envs.sokoban.solver import solve
 
 WALL, FLOOR, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET = range(7)
 
-
 STEP_PENALTY = -0.1
 BOX_ON_REWARD = 1.0
 BOX_OFF_PENALTY = -1.0
