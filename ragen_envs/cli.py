@@ -116,9 +116,15 @@ def load_run_config(path: str) -> dict:
     if path.endswith((".yaml", ".yml")):
         import yaml
 
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ValueError(f"{path} is not valid YAML: {error}") from None
     else:
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a run config is a mapping of config fields")
     return data
@@ -200,11 +206,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
     try:
+        args = parse(argv)  # a run config file is read here
         return args.func(args)
     except (ValueError, FileNotFoundError) as error:
-        print(f"ragen {args.command}: error: {error}", file=sys.stderr)
+        print(f"ragen: error: {error}", file=sys.stderr)
         return 2
 
 

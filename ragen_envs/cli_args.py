@@ -156,5 +156,24 @@ def flatten(cls: type, data: dict, where: str = "") -> dict[str, Any]:
                 raise ValueError(f"config key {where}{key!r} must be a mapping, got {value!r}")
             out.update(flatten(tp, value, f"{where}{key}."))
         else:
+            _check_type(value, tp, f"{where}{key}")
             out[_dest(by_name[key])] = value
     return out
+
+
+def _check_type(value, tp, name: str) -> None:
+    """A config-file value must have the field's type, as a flag's value is converted to it."""
+    inner, optional = _parts(tp)
+    if value is None and optional:
+        return
+    origin = typing.get_origin(inner)
+    if origin is Literal:
+        ok = value in typing.get_args(inner)
+    elif inner is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif inner is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, origin or inner)
+    if not ok:
+        raise ValueError(f"config key {name!r} must be {inner}, got {value!r}")

@@ -116,6 +116,24 @@ def test_a_saved_config_repeats_the_run_and_flags_override_it(tmp_path, suffix):
         parse(["train", "--config", str(path)])
 
 
+@pytest.mark.parametrize("text, message", [
+    ('{"rollout": {"max_turn": 3}}', "unknown config key rollout.'max_turn'"),
+    ('{"rollout": {"n_groups": "8"}}', "'rollout.n_groups' must be <class 'int'>, got '8'"),
+    ('{"algorithm": "a3c"}', "'algorithm' must be"),
+    ('{"learning_rate": true}', "'learning_rate' must be <class 'float'>"),
+    ('{"rollout": {"chat": 3}}', "must be a mapping"),
+    ('{"rollout": ', "is not valid JSON"),
+])
+def test_a_bad_run_config_is_one_line_not_a_traceback(tmp_path, capsys, text, message):
+    path = tmp_path / "run.json"
+    path.write_text(text)
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
 def test_list_shows_the_catalogue(capsys):
     from ragen_envs import ENVIRONMENTS
     from ragen_envs.registry import markdown_table
