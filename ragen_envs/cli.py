@@ -25,7 +25,7 @@ from ragen_envs.registry import ENVIRONMENTS, markdown_table
 TRAIN_POLICY_FIELDS = {"model", "device"}
 
 
-def env_mix(values: list[str], groups: int) -> dict[str, int]:
+def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
     """``--env ID`` or ``--env ID:GROUPS`` (repeatable) -> {id: groups}; ``groups`` where no count is given."""
     mix = {}
     for value in values:
@@ -73,8 +73,10 @@ def cmd_list(args) -> int:
 def cmd_eval(args) -> int:
     from ragen_envs.agent import RolloutRunner, save_jsonl
 
+    from ragen_envs.agent.rollout import check_envs
+
     config = cli_args.build(RolloutConfig, args)
-    mix = env_mix(args.env, config.n_groups)
+    mix = check_envs(parse_env_flags(args.env, config.n_groups), config)
     runner = RolloutRunner(mix, cli_args.build(PolicyConfig, args).make(), config)
     bar = _progress(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active))
@@ -91,15 +93,15 @@ def cmd_eval(args) -> int:
 
 def cmd_train(args) -> int:
     from trainers import Trainer, TrainerConfig
-    from trainers.metrics import plot_run
 
     config = cli_args.build(TrainerConfig, args)
-    mix = env_mix(args.env, config.rollout.n_groups)
+    mix = parse_env_flags(args.env, config.rollout.n_groups)
     policy = cli_args.build(PolicyConfig, args, include=TRAIN_POLICY_FIELDS)
     trainer = Trainer(policy.model, mix, config, device=policy.device)
     trainer.train()
-    if trainer.rank == 0:  # under torchrun, one process reports
-        print(f"metrics: {config.output_dir}/metrics.jsonl, plot: {plot_run(config.output_dir)}")
+    if trainer.rank == 0 and trainer.plot_path:  # under torchrun, one process reports
+        print(f"run folder: {trainer.output_dir} (metrics.jsonl, checkpoints, plot {trainer.plot_path.name}); "
+              f"`ragen view {trainer.output_dir}` shows the episodes")
     return 0
 
 
@@ -155,16 +157,24 @@ def _add_env(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     from trainers.config import TrainerConfig
 
-    parser = argparse.ArgumentParser(prog="ragen", description="ragen-envs: LLM agents in multi-turn RL")
+    # --debug is taken before or after the command; SUPPRESS keeps a subcommand from resetting it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback of an error")
+    parser = argparse.ArgumentParser(prog="ragen", description="ragen-envs: LLM agents in multi-turn RL",
+                                     parents=[common])
     parser.add_argument("--version", action="version", version=f"ragen-envs {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True)
     commands = {}
 
-    ls = commands["list"] = sub.add_parser("list", help="the environment catalogue")
+    def sub(name, **kwargs):
+        return subparsers.add_parser(name, parents=[common], **kwargs)
+
+    ls = commands["list"] = sub("list", help="the environment catalogue")
     ls.add_argument("--markdown", action="store_true", help="print the README's table")
     ls.set_defaults(func=cmd_list)
 
-    ev = commands["eval"] = sub.add_parser("eval", help="run grouped rollouts and print per-env metrics")
+    ev = commands["eval"] = sub("eval", help="run grouped rollouts and print per-env metrics")
     _add_env(ev)
     cli_args.add_config(ev, PolicyConfig)
     cli_args.add_config(ev, RolloutConfig)
@@ -172,7 +182,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     ev.add_argument("--show", action="store_true", help="print the first trajectory's conversation")
     ev.set_defaults(func=cmd_eval)
 
-    tr = commands["train"] = sub.add_parser("train", help="train a policy with PPO, GRPO, DAPO or Dr. GRPO")
+    tr = commands["train"] = sub("train", help="train a policy with PPO, GRPO, DAPO or Dr. GRPO")
     tr.add_argument("--config", default=None,
                     help="a run config (JSON or YAML, e.g. a run's config.json); flags given here override it")
     _add_env(tr)
@@ -180,7 +190,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     cli_args.add_config(tr, TrainerConfig)
     tr.set_defaults(func=cmd_train)
 
-    pl = commands["plot"] = sub.add_parser("plot", help="draw a run's metrics to a PNG")
+    pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")
     pl.add_argument("run_dir")
     pl.add_argument("--out", default=None, help="default: RUN_DIR/metrics.png")
     pl.set_defaults(func=cmd_plot)
@@ -205,13 +215,29 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+# Errors in what the user asked for: one line, exit 2. Anything else is reported in one line too,
+# with its type and a pointer to --debug, and exits 1.
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, ImportError)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
     try:
         args = parse(argv)  # a run config file is read here
         return args.func(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"ragen: error: {error}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("ragen: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if debug:
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, USER_ERRORS):
+            print(f"ragen: error: {message}", file=sys.stderr)
+            return 2
+        print(f"ragen: error: {type(error).__name__}: {message} (--debug shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -46,10 +46,10 @@ def make_model(tokenizer, seed=0):
                                         max_position_embeddings=4096, tie_word_embeddings=True))
 
 
-def config(tmp_path, n_groups=3, group_size=4, max_new_tokens=24, **kw):
+def config(tmp_path, n_groups=3, group_size=4, max_new_tokens=24, env_kwargs=None, **kw):
     rollout = RolloutConfig(n_groups=n_groups, group_size=group_size, chat=ChatEnvConfig(max_turns=2),
                             sampling=SamplingConfig(max_new_tokens=max_new_tokens),
-                            env_kwargs={"Ragen/FrozenLake-v0": {"size": 3}})
+                            env_kwargs={"size": 3} if env_kwargs is None else env_kwargs)
     base = dict(num_iterations=1, learning_rate=1e-2, output_dir=str(tmp_path / "run"), mixed_precision="no",
                 micro_batch_size=4, rollout=rollout)
     base.update(kw)
@@ -117,7 +117,7 @@ def test_only_kept_groups_are_trained(tokenizer, tmp_path, monkeypatch):
 def test_own_rollouts_with_an_entropy_bonus_update_the_model(tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = Trainer(model, "Ragen/Sokoban-v0", config(tmp_path, entropy_coef=0.1, max_new_tokens=8,
+    metrics = Trainer(model, "Ragen/Sokoban-v0", config(tmp_path, entropy_coef=0.1, max_new_tokens=8, env_kwargs={},
                                                         n_groups=2, group_size=2),
                       tokenizer=tokenizer).train()[0]
     assert metrics["mi/empty_reasoning_rate"] == 1.0  # a random model writes no <think> blocks

@@ -1,11 +1,15 @@
 """Checkpoint folders: ``checkpoint-<iteration>`` holding the model and tokenizer (transformers
 format, so ``ragen eval --model`` takes it), ``trainer.pt`` (optimizer, value head) and
-``trainer_state.json`` (iteration, rollout calls, MI EMA, config). A folder is written beside its
-final name and renamed, so it is complete or absent."""
+``trainer_state.json`` (iteration, rollout calls, MI EMA, model, config). A folder is written beside
+its final name and renamed, so it is complete or absent.
+
+``validate`` checks a checkpoint before any model is loaded (files present, state readable, the same
+algorithm and model); every problem is one ``ValueError`` line naming the folder and what is wrong."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -13,9 +17,15 @@ import torch
 
 STATE_FILE = "trainer_state.json"
 TENSORS_FILE = "trainer.pt"
+WEIGHTS_FILE = "model.safetensors"
+REQUIRED = ("config.json", WEIGHTS_FILE, TENSORS_FILE, STATE_FILE)
+STATE_KEYS = ("iteration", "calls", "mi_ema", "config")
+NAME = re.compile(r"checkpoint-(\d+)$")
 
 
-def save(output_dir: Path, iteration: int, model, tokenizer, tensors: dict, meta: dict) -> Path:
+def save(output_dir: Path, iteration: int, model, tokenizer, tensors: dict, meta: dict,
+         keep: int | None = None) -> Path:
+    """Write ``checkpoint-<iteration>``; with ``keep``, then delete all but the newest ``keep``."""
     path = output_dir / f"checkpoint-{iteration}"
     tmp = output_dir / f".checkpoint-{iteration}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -26,30 +36,77 @@ def save(output_dir: Path, iteration: int, model, tokenizer, tensors: dict, meta
     (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2))
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
+    if keep:
+        for old in all_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old)
     return path
+
+
+def all_checkpoints(output_dir: Path) -> list[Path]:
+    """Complete checkpoint folders, oldest first."""
+    if not output_dir.is_dir():
+        return []
+    found = [p for p in output_dir.iterdir() if p.is_dir() and NAME.match(p.name)]
+    return sorted(found, key=lambda p: int(NAME.match(p.name).group(1)))
+
+
+def size_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def find(output_dir: Path, where: str) -> Path:
     """The checkpoint folder named by ``where``: a path, or "latest" in ``output_dir``."""
-    path = Path(where)
-    if where == "latest":
-        found = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        if not found:
-            raise FileNotFoundError(f"no checkpoint-* in {output_dir} to resume from")
-        path = found[-1]
-    if not (path / STATE_FILE).is_file():
-        raise FileNotFoundError(f"{path} is not a checkpoint (no {STATE_FILE})")
-    return path
+    if where != "latest":
+        path = Path(where)
+        if not path.is_dir():
+            raise ValueError(f"no checkpoint folder at {path}")
+        return path
+    found = all_checkpoints(output_dir)
+    if not found:
+        raise ValueError(f"no checkpoint-* in {output_dir} to resume from")
+    return found[-1]
 
 
-def load(path: Path, model) -> tuple[dict, dict]:
-    """Load the weights into ``model``; return (tensors, meta)."""
+def validate(path: Path, algorithm: str, model_name: str | None) -> dict:
+    """The checkpoint's state, after checking it can resume this run; a ValueError says what is wrong."""
+    missing = [name for name in REQUIRED if not (path / name).is_file()]
+    if missing:
+        raise ValueError(f"checkpoint {path} is incomplete: {', '.join(missing)} missing")
+    try:
+        meta = json.loads((path / STATE_FILE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"checkpoint {path}: {STATE_FILE} is unreadable ({error})") from None
+    if not isinstance(meta, dict) or any(key not in meta for key in STATE_KEYS):
+        raise ValueError(f"checkpoint {path}: {STATE_FILE} lacks {', '.join(STATE_KEYS)}")
+    saved = meta["config"].get("algorithm") if isinstance(meta["config"], dict) else None
+    if saved != algorithm:
+        raise ValueError(f"checkpoint {path} was trained with --algorithm {saved}, this run uses {algorithm}")
+    if "model" in meta and meta["model"] != model_name:
+        raise ValueError(f"checkpoint {path} continues model {meta['model'] or 'default'}, this run starts "
+                         f"from {model_name or 'default'}: pass the same --model")
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path / WEIGHTS_FILE), framework="pt"):
+            pass
+    except Exception as error:  # safetensors raises its own error types
+        raise ValueError(f"checkpoint {path}: {WEIGHTS_FILE} is unreadable ({error})") from None
+    return meta
+
+
+def load(path: Path, model) -> dict:
+    """Load the weights into ``model``; return the optimizer/value-head tensors."""
     from safetensors.torch import load_file
 
-    weights = load_file(str(path / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    weights = load_file(str(path / WEIGHTS_FILE))
+    try:
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    except RuntimeError as error:  # shape mismatches
+        raise ValueError(f"checkpoint {path} does not fit the model: {str(error).splitlines()[-1].strip()}") \
+            from None
     if unexpected or any("lm_head" not in m for m in missing):  # tied lm_head may be absent
         raise ValueError(f"checkpoint {path} does not fit the model: {missing[:3]} {unexpected[:3]}")
-    tensors = torch.load(path / TENSORS_FILE, weights_only=False)
-    meta = json.loads((path / STATE_FILE).read_text())
-    return tensors, meta
+    try:
+        return torch.load(path / TENSORS_FILE, weights_only=False)
+    except Exception as error:  # a truncated or foreign file
+        raise ValueError(f"checkpoint {path}: {TENSORS_FILE} is unreadable ({error})") from None

@@ -29,7 +29,10 @@ class TrainerConfig:
     algorithm: Literal[ALGORITHMS] = "grpo"  # ppo | grpo | dapo | drgrpo
     # rollout -> filter -> update cycles in all, resumed ones included (TRL's max_steps)
     num_iterations: int = field(default=10, metadata={"flag": "iterations"})
-    output_dir: str = "runs/ragen"  # metrics, resolved config, checkpoints and plot go here
+    # the run folder (metrics, resolved config, checkpoints, plot); None: a new runs/<date>-<time>-<algo>-<env>
+    output_dir: str | None = None
+    # replace a run already in output_dir (its metrics, config, checkpoints); without it such a folder is refused
+    overwrite_output_dir: bool = field(default=False, metadata={"flag": "overwrite"})
 
     # -- rollouts (RAGEN-2 runs: P = 8 prompts x G = 16 samples); its seed seeds the whole run ---
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -70,7 +73,12 @@ class TrainerConfig:
     mi_trajectory_pairs: int = 16  # (X, Z) pairs of the trajectory-scope MI (0: off)
     logging_steps: int = 1  # print the metrics table every this many iterations
     save_steps: int = 0  # checkpoint every this many iterations (0: only at the end)
-    # a checkpoint folder, or "latest" in output_dir
+    # keep only the newest N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB
+    save_total_limit: int | None = None
+    # write the iteration's trajectories to rollouts/iteration-<n>.jsonl every this many iterations and
+    # at the last (0: never); `ragen view RUN_DIR` shows them
+    save_rollouts_steps: int = 5
+    # a checkpoint folder (its parent becomes output_dir when that is None), or "latest" in output_dir
     resume_from_checkpoint: str | None = field(default=None, metadata={"flag": "resume"})
 
     def __post_init__(self):
@@ -87,6 +95,20 @@ class TrainerConfig:
                              f"got {self.rollout.group_size}")
         for name in ("num_iterations", "ppo_epochs", "num_minibatches", "micro_batch_size"):
             check(name, getattr(self, name) >= 1, ">= 1")
+        for name in ("mi_every", "mi_trajectory_pairs", "logging_steps", "save_steps", "save_rollouts_steps"):
+            check(name, getattr(self, name) >= 0, ">= 0")
+        check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
+        for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):
+            check(name, getattr(self, name) > 0, "> 0")
+        for name in ("weight_decay", "entropy_coef", "vf_coef", "cliprange_value"):
+            check(name, getattr(self, name) >= 0, ">= 0")
+        check("epsilon_high", self.epsilon_high is None or self.epsilon_high > 0, "> 0 or None")
+        check("beta", self.beta is None or self.beta >= 0, ">= 0 or None")
+        check("gamma", 0 <= self.gamma <= 1, "in [0, 1]")
+        check("lam", 0 <= self.lam <= 1, "in [0, 1]")
+        if self.overwrite_output_dir and self.resume_from_checkpoint:
+            raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
+                             "overwriting would delete the checkpoint to resume from")
         check("mixed_precision", self.mixed_precision in PRECISIONS, f"one of {PRECISIONS}")
         check("learning_rate", self.learning_rate > 0, "> 0")
         check("loss_type", self.loss_type is None or self.loss_type in LOSS_TYPES, f"one of {LOSS_TYPES}")

@@ -48,3 +48,14 @@ def all_reduce(values: list[int], world: int) -> list[int]:
     parts = [None] * world
     dist.all_gather_object(parts, values)
     return [sum(p[i] for p in parts) for i in range(len(values) - 1)] + [max(p[-1] for p in parts)]
+
+
+def broadcast(value, world: int):
+    """Rank 0's ``value`` on every rank (a picklable object)."""
+    if world == 1:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from pathlib import Path
 
 # The columns of the printed table: (metric, header).
@@ -17,31 +18,37 @@ TABLE = [("iteration", "it"), ("rollout/success", "success"), ("rollout/return_m
 
 
 class MetricsLogger:
-    """Appends one record per iteration to ``metrics.jsonl`` and rewrites ``metrics.csv``.
+    """Appends one record per iteration to ``metrics.jsonl`` (flushed and synced, so a killed run keeps
+    every finished iteration) and rewrites ``metrics.csv``.
 
-    ``keep_iterations``: on resume, records after that iteration (from the interrupted run) are
-    dropped, so the files hold exactly one record per iteration.
+    ``keep_iterations``: on resume, records after that iteration (iterations the interrupted run
+    finished after its last checkpoint, which the resumed run trains again) move to
+    ``metrics.abandoned.jsonl``, so ``metrics.jsonl`` holds exactly one record per iteration and
+    nothing is thrown away.
     """
 
     def __init__(self, output_dir: str | Path, keep_iterations: int = 0):
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.dir / "metrics.jsonl"
-        self.records = [r for r in read_metrics(self.dir) if r.get("iteration", 0) <= keep_iterations]
-        self._write_all()
+        records = read_metrics(self.dir)
+        self.records = [r for r in records if r.get("iteration", 0) <= keep_iterations]
+        abandoned = [r for r in records if r.get("iteration", 0) > keep_iterations]
+        if abandoned:
+            _append(self.dir / "metrics.abandoned.jsonl", abandoned)
+            self._write_all()
         self._printed_header = False
         self._tb = None
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.dir / "tensorboard"))
+            self._tb = SummaryWriter(str(self.dir / "tensorboard"), purge_step=keep_iterations + 1)
         except Exception:  # tensorboard is optional
             self._tb = None
 
     def log(self, metrics: dict) -> None:
         self.records.append(dict(metrics))
-        with self.jsonl.open("a") as f:
-            f.write(json.dumps(metrics) + "\n")
+        _append(self.jsonl, [metrics])
         self._write_csv()
         if self._tb is not None:
             for key, value in metrics.items():
@@ -50,9 +57,9 @@ class MetricsLogger:
             self._tb.flush()
 
     def _write_all(self) -> None:
-        with self.jsonl.open("w") as f:
-            for r in self.records:
-                f.write(json.dumps(r) + "\n")
+        tmp = self.jsonl.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        tmp.replace(self.jsonl)  # a crash leaves the old file or the new one, never half of one
         self._write_csv()
 
     def _write_csv(self) -> None:
@@ -77,11 +84,27 @@ class MetricsLogger:
         return "\n".join(lines)
 
 
+def _append(path: Path, records: list[dict]) -> None:
+    with path.open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise ValueError(f"{path}: line {number} is not JSON") from None
+            # the last line of a run killed mid-write: that iteration is lost, the rest is kept
+    return records
 
 
 PANELS = [

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import sys
 import time
 import warnings
 from contextlib import nullcontext
@@ -41,17 +40,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ragen_envs import progress
 from ragen_envs.agent import RolloutRunner
-from ragen_envs.agent.backends.transformers import TransformersPolicy
-from ragen_envs.agent.default_model import resolve_model
-from ragen_envs.agent.trajectory import summarize
+from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
+from ragen_envs.agent.default_model import load_model
+from ragen_envs.agent.rollout import check_envs
+from ragen_envs.agent.trajectory import save_jsonl, summarize
 from trainers import algorithms as alg
-from trainers import checkpoint
+from trainers import checkpoint, run_folder
 from trainers.batch import Batch, collate, trajectory_samples
 from trainers.config import TrainerConfig
-from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, init_distributed
+from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, init_distributed
 from trainers.filtering import LOW_RV_RATIO, filter_stats, select_groups
-from trainers.metrics import MetricsLogger
+from trainers.metrics import MetricsLogger, plot_run
 from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
 from trainers.scoring import TokenScorer
 
@@ -71,19 +72,27 @@ class Trainer:
     def __init__(self, model=None, env: str | dict[str, int] = "Ragen/Sokoban-v0",
                  config: TrainerConfig | None = None, tokenizer=None, callbacks=(), device: str | None = None,
                  rollout_policy=None):
-        self.config = cfg = config or TrainerConfig()
+        cfg = config or TrainerConfig()
         self.rank, self.world = init_distributed()
-        default = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device or default)
         # What the resolved config records: the model as given (None: the embedded default).
         self.model_name = None if model is None else str(model) if isinstance(model, (str, Path)) \
             else getattr(model.config, "_name_or_path", None)
+        # Everything that can be checked without the model is checked before it loads.
+        self.device = pick_device(device)
+        mix = check_envs(env, cfg.rollout)
+        self.output_dir = self._run_folder(cfg, mix)
+        self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
+        resume, resume_state = None, None
+        if cfg.resume_from_checkpoint:
+            resume = checkpoint.find(self.output_dir, cfg.resume_from_checkpoint)
+            resume_state = checkpoint.validate(resume, cfg.algorithm, self.model_name)
+        else:
+            old_run = run_folder.check(self.output_dir, cfg.overwrite_output_dir)
+            all_reduce([0], self.world)  # every rank has checked before rank 0 clears or writes
+            if self.rank == 0:
+                run_folder.clear(old_run)
         if model is None or isinstance(model, (str, Path)):
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            path = resolve_model(model)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+            model, tokenizer = load_model(model, torch.float32, tokenizer)
         if tokenizer is None:
             raise ValueError("pass the tokenizer together with a loaded model")
         self.model = model.to(self.device).float()  # fp32 master weights
@@ -92,7 +101,7 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.rollout_policy = rollout_policy or self.policy
         # Each rank rolls out its own groups.
-        self.runner = RolloutRunner(env, self.rollout_policy,
+        self.runner = RolloutRunner(mix, self.rollout_policy,
                                     replace(cfg.rollout, seed=cfg.rollout.seed + self.rank * RANK_SEED_STRIDE))
         hidden = self.model.config.hidden_size
         self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if cfg.algorithm == "ppo" else None
@@ -115,15 +124,25 @@ class Trainer:
             groups.append({"params": self.value_head.parameters(), "lr": cfg.critic_learning_rate})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         self.mi_ema = MIZScoreEMA()
-        self.output_dir = Path(cfg.output_dir)
         self.iteration = 0
         self.think_ids = list(tokenizer("<think>", add_special_tokens=False)["input_ids"])
-        if cfg.resume_from_checkpoint:
-            self._load_checkpoint(cfg.resume_from_checkpoint)
+        if resume is not None:
+            self._load_checkpoint(resume, resume_state)
+        self.plot_path: Path | None = None
         # Only rank 0 writes metrics and checkpoints.
         self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) if self.rank == 0 else None
         if self.rank == 0:
             self.write_config()
+
+    def _run_folder(self, cfg: TrainerConfig, mix: dict[str, int]) -> Path:
+        """The run folder: ``output_dir``; else a resumed checkpoint's parent; else a new folder."""
+        if cfg.output_dir:
+            return Path(cfg.output_dir)
+        if cfg.resume_from_checkpoint == "latest":
+            raise ValueError("resume_from_checkpoint='latest' needs output_dir, the run folder to resume")
+        if cfg.resume_from_checkpoint:
+            return Path(cfg.resume_from_checkpoint).parent
+        return Path(broadcast(str(run_folder.new_folder(cfg.algorithm, list(mix))), self.world))
 
     def write_config(self) -> Path:
         """``config.json`` next to the metrics: every field resolved, plus env and model, so
@@ -135,9 +154,15 @@ class Trainer:
 
     # ==========================================================================================
     def train(self) -> list[dict]:
+        """Train up to ``num_iterations`` in all; write the metrics, the last checkpoint and the plot.
+        Returns this call's per-iteration metrics (empty when the run was already complete)."""
         cfg = self.config
         history = []
-        bar = _progress_bar(cfg.num_iterations, self.iteration) if self.rank == 0 else None
+        if self.iteration >= cfg.num_iterations:
+            if self.rank == 0:
+                print(f"{self.output_dir} is at iteration {self.iteration} and num_iterations is "
+                      f"{cfg.num_iterations}: nothing to train (raise --iterations to continue)", flush=True)
+            return history
         while self.iteration < cfg.num_iterations:
             metrics = self.iteration_step()
             self.iteration += 1
@@ -148,22 +173,14 @@ class Trainer:
             if self.logger is None:
                 continue
             self.logger.log(metrics)
-            if bar:
-                bar.update(1)
-                bar.set_postfix({k.split("/")[-1]: f"{metrics.get(k, float('nan')):.3f}" for k in
-                                 ("rollout/success", "mi/retrieval_acc", "filter/kept_ratio")})
             if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
-                row = self.logger.table_row(metrics)
-                if bar:
-                    bar.write(row)  # above the progress bar, not through it
-                else:
-                    print(row, flush=True)
+                print(self.logger.table_row(metrics), flush=True)
             if cfg.save_steps and self.iteration % cfg.save_steps == 0:
                 self.save_checkpoint()
-        if bar:
-            bar.close()
-        if self.rank == 0 and (not cfg.save_steps or self.iteration % cfg.save_steps):
-            self.save_checkpoint()
+        if self.rank == 0:
+            if not cfg.save_steps or self.iteration % cfg.save_steps:
+                self.save_checkpoint()
+            self.plot_path = plot_run(self.output_dir)
         return history
 
     def iteration_step(self) -> dict:
@@ -173,6 +190,7 @@ class Trainer:
         trajectories = self.runner.collect()
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items() if k != "episodes"}
         metrics["time/rollout_s"] = time.perf_counter() - start
+        self._save_rollouts(trajectories)
 
         if cfg.mi_every and self.iteration % cfg.mi_every == 0:
             mi_start = time.perf_counter()
@@ -209,6 +227,12 @@ class Trainer:
         if "time/mi_s" in metrics:
             metrics["time/mi_share"] = metrics["time/mi_s"] / metrics["time/iteration_s"]
         return metrics
+
+    def _save_rollouts(self, trajectories) -> None:
+        """Rank 0's trajectories of every ``save_rollouts_steps``-th and of the last iteration."""
+        n, every = self.iteration + 1, self.config.save_rollouts_steps
+        if self.rank == 0 and every and (n % every == 0 or n == self.config.num_iterations):
+            save_jsonl(trajectories, self.output_dir / "rollouts" / f"iteration-{n}.jsonl")
 
     # -- MI diagnostics ------------------------------------------------------------------------
     def mi_diagnostics(self, trajectories) -> dict:
@@ -394,26 +418,36 @@ class Trainer:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def save_checkpoint(self) -> Path | None:
-        """Write ``checkpoint-<iteration>`` in the output folder (rank 0 only)."""
+        """Write ``checkpoint-<iteration>`` in the output folder (rank 0 only), keeping the newest
+        ``save_total_limit``."""
         if self.rank != 0:
             return None
         # The reference model is the initial model, rebuilt from it on resume: not saved again.
         tensors = {"optimizer": self.optimizer.state_dict(),
                    "value_head": None if self.value_head is None else self.value_head.state_dict()}
-        meta = {"iteration": self.iteration, "calls": self.runner.calls,
-                "mi_ema": self.mi_ema.state_dict(), "config": asdict(self.config)}
-        return checkpoint.save(self.output_dir, self.iteration, self.model, self.tokenizer, tensors, meta)
+        meta = {"iteration": self.iteration, "calls": self.runner.calls, "mi_ema": self.mi_ema.state_dict(),
+                "model": self.model_name, "config": asdict(self.config)}
+        with progress.step(f"writing checkpoint-{self.iteration}") as note:
+            path = checkpoint.save(self.output_dir, self.iteration, self.model, self.tokenizer, tensors, meta,
+                                   keep=self.config.save_total_limit)
+            note.append(f"{checkpoint.size_bytes(path) / 1e6:.0f} MB")
+        return path
 
-    def _load_checkpoint(self, where: str) -> None:
-        tensors, meta = checkpoint.load(checkpoint.find(self.output_dir, where), self.model)
-        self.optimizer.load_state_dict(tensors["optimizer"])
-        if self.value_head is not None:
-            self.value_head.load_state_dict(tensors["value_head"])
-        self.iteration = meta["iteration"]
+    def _load_checkpoint(self, path: Path, state: dict) -> None:
+        """Continue from a checkpoint ``checkpoint.validate`` has accepted."""
+        tensors = checkpoint.load(path, self.model)
+        try:
+            self.optimizer.load_state_dict(tensors["optimizer"])
+            if self.value_head is not None:
+                self.value_head.load_state_dict(tensors["value_head"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(f"checkpoint {path}: its optimizer state does not fit this model and algorithm "
+                             f"({str(error).splitlines()[0]})") from None
+        self.iteration = state["iteration"]
         # Every rank continues its own seed sequence from the call count.
-        self.runner.calls = meta["calls"]
-        self.runner.next_seed = self.runner.config.seed + meta["calls"] * len(self.runner.group_envs)
-        self.mi_ema.load_state_dict(meta["mi_ema"])
+        self.runner.calls = state["calls"]
+        self.runner.next_seed = self.runner.config.seed + state["calls"] * len(self.runner.group_envs)
+        self.mi_ema.load_state_dict(state["mi_ema"])
 
 
 def _use_bf16(setting: str, device: torch.device) -> bool:
@@ -436,11 +470,3 @@ def _masked_mean(values: list[torch.Tensor], masks: list[torch.Tensor]) -> float
     total = sum(float((v * m).sum()) for v, m in zip(values, masks))
     count = sum(float(m.sum()) for m in masks)
     return total / count if count else 0.0
-
-
-def _progress_bar(total: int, done: int):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, initial=done, unit="it", leave=False, file=sys.stdout)

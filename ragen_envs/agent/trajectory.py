@@ -50,6 +50,10 @@ class Trajectory:
     episode_return: float = 0.0
     success: bool = False
     context_overflow: bool = False  # ended because even the latest turn alone exceeded the context
+    # With env_id and seed, these replay the episode: reset(seed, options={"transition_seed": ...})
+    # on gym.make(env_id, **env_kwargs), then each turn's actions.
+    transition_seed: int | None = None
+    env_kwargs: dict = field(default_factory=dict)
 
     @property
     def num_turns(self) -> int:

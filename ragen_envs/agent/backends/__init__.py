@@ -18,6 +18,15 @@ class PolicyConfig:
     tokenizer: str | None = None  # openai backend: tokenizer path or id (chat template and token ids)
     device: str | None = None  # transformers backend: cpu, cuda, ... (default: cuda when available)
 
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "openai" and not self.model:
+            raise ValueError("--backend openai needs --model, the served model's name")
+        if self.backend == "openai" and not self.tokenizer:
+            raise ValueError("--backend openai needs --tokenizer, the served model's tokenizer (a folder or "
+                             "hub id): prompts are built and scored in its token ids")
+
     def make(self) -> Policy:
         if self.backend == "openai":
             return make_policy("openai", self.model, base_url=self.base_url, tokenizer=self.tokenizer)

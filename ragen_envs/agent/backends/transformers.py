@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
-from ragen_envs.agent.default_model import resolve_model
+from ragen_envs.agent.default_model import load_model
 
 
 def forward(model, cache=None, **kwargs):
@@ -31,10 +31,21 @@ def forward(model, cache=None, **kwargs):
     return out.logits, getattr(out, name)
 
 
-def _pick_device(device: str | None) -> torch.device:
+def pick_device(device: str | None) -> torch.device:
+    """``device`` checked (a ValueError says what is wrong); None: cuda when available, else cpu."""
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(device)
+        return torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
+    try:
+        picked = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r} (cpu, cuda, cuda:1, mps, ...)") from None
+    if picked.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: torch sees no CUDA GPU here (torch {torch.__version__}); use cpu")
+    if picked.type == "cuda" and picked.index is not None and picked.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA GPU(s) here")
+    if picked.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available here")
+    return picked
 
 
 class TransformersPolicy(Policy):
@@ -53,20 +64,19 @@ class TransformersPolicy(Policy):
 
     def __init__(self, model=None, tokenizer=None, device: str | None = None,
                  dtype: torch.dtype | None = None, batch_size: int = 32):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.device = _pick_device(device)
+        self.device = pick_device(device)
         if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-            path = resolve_model(model)
             if dtype is None:
                 dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device)
-            tokenizer = tokenizer if tokenizer is not None else path
+            model, tokenizer = load_model(model, dtype, tokenizer)
+            self.model = model.to(self.device)
         else:
             self.model = model
             if tokenizer is None:
                 raise ValueError("pass the tokenizer together with a loaded model")
         if isinstance(tokenizer, str):
+            from transformers import AutoTokenizer
+
             tokenizer = AutoTokenizer.from_pretrained(tokenizer)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
