@@ -185,3 +185,10 @@ def test_the_solver_budget_bounds_the_reset():
                for s in range(20)]
     assert any(a is None and b is not None for a, b in lengths)
     assert all(a == b for a, b in lengths if a is not None)
+
+
+@pytest.mark.parametrize("dim_room", [(3, 3), (4, 4), (2, 9)])
+def test_a_room_too_small_for_any_box_says_so(dim_room):
+    with pytest.raises(ValueError, match=r"too small for any box.*three free cells in a line"):
+        gym.make("Ragen/Sokoban-v0", dim_room=dim_room)
+    assert gym.make("Ragen/Sokoban-v0", dim_room=(3, 5)).reset(seed=0)[0].count("X") == 1

@@ -96,8 +96,13 @@ class SokobanEnv(GridEnv):
                  search_depth: int = 300, solver_nodes: int = 8000, observation_format: str = "grid",
                  observation_type: str = "text", render_mode: str | None = None):
         rows, cols = _pair("dim_room", dim_room)
-        if rows < 3 or cols < 3 or rows * cols > 400:
-            raise ValueError(f"dim_room must be between (3, 3) and 400 cells, got {dim_room!r}")
+        if rows * cols > 400:
+            raise ValueError(f"dim_room must have at most 400 cells, got {dim_room!r}")
+        inner = (max(rows - 2, 0), max(cols - 2, 0))
+        if min(inner) < 1 or max(inner) < 3:
+            raise ValueError(f"dim_room={dim_room!r} is too small for any box: one push needs three free cells "
+                             f"in a line (player, box, target), and its walls leave {inner[0]}x{inner[1]}; "
+                             "try (6, 6)")
         if not isinstance(num_boxes, int) or not 1 <= num_boxes <= (rows - 2) * (cols - 2) // 3:
             raise ValueError(
                 f"num_boxes must be an integer from 1 to a third of the room's inner cells, got {num_boxes!r}"
