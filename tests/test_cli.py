@@ -148,3 +148,92 @@ def test_list_shows_the_catalogue(capsys):
 def test_an_unknown_env_fails_before_any_model_loads(capsys):
     assert main(["eval", "--env", "Ragen/NoSuchEnv-v0", "--model", "/no/such/model"]) == 2
     assert "unknown env 'Ragen/NoSuchEnv-v0'" in capsys.readouterr().err
+
+
+TRAIN = ["train", "--env", "Ragen/FrozenLake-v0", "--iterations", "1", "--groups", "1", "--group-size", "2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["eval", "--env", "Ragen/FrozenLake-v0", "--model", "/no/such/model"], "no model folder at /no/such/model"),
+    (["eval", "--env", "Ragen/FrozenLake-v0", "--model", "{empty}"], "is not a model folder (no config.json"),
+    (["eval", "--env", "Ragen/FrozenLake-v0", "--backend", "openai", "--model", "m"], "needs --tokenizer"),
+    (["eval", "--env", "Ragen/FrozenLake-v0:abc"], "must be a positive integer"),
+    (["eval", "--env", "Ragen/FrozenLake-v0", "--groups", "0"], "n_groups must be >= 1"),
+    (["eval", "--env", "Ragen/FrozenLake-v0", "--temperature", "-1"], "temperature must be >= 0"),
+    (TRAIN + ["--filter-value", "2"], "filter_value must be in (0, 1]"),
+    (TRAIN + ["--gamma", "1.5"], "gamma must be in [0, 1]"),
+    (TRAIN + ["--save-total-limit", "0"], "save_total_limit must be >= 1"),
+    (TRAIN + ["--env-kwargs", '{"Ragen/Sokoban-v0": {"num_boxes": 2}}'], "Ragen/Sokoban-v0, which is not in this run"),
+    (TRAIN + ["--env-kwargs", '{"slip": 2}'], "slip"),
+    (TRAIN + ["--env-kwargs", '{"colour": 2}'], "colour"),
+    (TRAIN + ["--env", "Ragen/Sokoban-v0", "--env-kwargs", '{"slip": 0.1}'], "not keyed by env id"),
+    (TRAIN + ["--env-kwargs", "[1]"], "env_kwargs must be a JSON object"),
+    (["eval", "--env", "Ragen/Sokoban-v0", "--env-kwargs", '{"dim_room": [3, 3]}'], "too small for any box"),
+])
+def test_every_error_is_one_line_before_any_model_loads(argv, message, tmp_path, capsys, monkeypatch):
+    import transformers
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
+    (tmp_path / "empty").mkdir()
+    argv = [a.replace("{empty}", str(tmp_path / "empty")) for a in argv]
+    if argv[0] == "train":
+        argv += ["--output-dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cuda_without_a_gpu_is_one_line(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    for command in (["eval"], TRAIN):
+        assert main([*command, "--env", "Ragen/FrozenLake-v0", "--device", "cuda"]) == 2
+        assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_hub_id_that_is_neither_cached_nor_reachable_fails_fast(capsys, monkeypatch):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", offline)
+    assert main(["eval", "--env", "Ragen/FrozenLake-v0", "--model", "someone/not-cached-here"]) == 2
+    assert "Hub cannot be reached" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback(capsys):
+    with pytest.raises(ValueError, match="no model folder"):
+        main(["eval", "--env", "Ragen/FrozenLake-v0", "--model", "/no/such/model", "--debug"])
+    with pytest.raises(ValueError, match="no model folder"):
+        main(["--debug", "eval", "--env", "Ragen/FrozenLake-v0", "--model", "/no/such/model"])
+
+
+def test_flat_env_kwargs_go_to_the_single_env(model_dir, tmp_path):
+    from ragen_envs.agent import load_jsonl
+
+    out = tmp_path / "t.jsonl"
+    assert main(["eval", "--env", "Ragen/FrozenLake-v0", "--groups", "1", "--group-size", "2", "--max-turns", "1",
+                 "--max-new-tokens", "4", "--model", model_dir, "--save", str(out),
+                 "--env-kwargs", '{"size": 3, "slip": 0.2}']) == 0
+    trajectory = load_jsonl(out)[0]
+    assert trajectory.env_kwargs == {"size": 3, "slip": 0.2}
+    assert trajectory.transition_seed is not None
+
+
+def test_version_and_help(capsys):
+    from ragen_envs import __version__
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert __version__ in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    assert "--overwrite" in text and "--save-total-limit" in text and "(default: 10)" in text

@@ -1,0 +1,173 @@
+"""Runs never lose data: one run per folder, total iterations, checkpoints that are checked before
+they are trusted, and metrics that survive a killed process."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+from ragen_envs.cli import main
+from tests.test_trainer import SeededReplies, config, make_model
+from trainers import Trainer
+
+
+def trainer(tokenizer, cfg):
+    return Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+                   rollout_policy=SeededReplies(tokenizer))
+
+
+def iterations(run):
+    return [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_second_run_never_touches_the_first(tokenizer, tmp_path):
+    cfg = config(tmp_path, save_steps=1)
+    trainer(tokenizer, cfg).train()
+    run = tmp_path / "run"
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    with pytest.raises(ValueError, match=r"already holds a run .*--resume latest.*--overwrite"):
+        trainer(tokenizer, cfg)
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    trainer(tokenizer, replace(cfg, overwrite_output_dir=True, num_iterations=2, save_steps=0)).train()
+    assert iterations(run) == [1, 2]
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2"]  # the old run's is gone
+
+
+def test_without_an_output_dir_each_run_gets_its_own_folder(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = config(tmp_path, output_dir=None, save_rollouts_steps=0)
+    first, second = trainer(tokenizer, cfg), trainer(tokenizer, cfg)
+    assert first.output_dir != second.output_dir
+    for t in (first, second):
+        assert t.output_dir.parent.name == "runs" and "grpo-FrozenLake-v0" in t.output_dir.name
+        assert json.loads((t.output_dir / "config.json").read_text())["output_dir"] == str(t.output_dir)
+
+
+def test_iterations_are_the_total_and_a_finished_run_has_nothing_to_do(tokenizer, tmp_path, capsys):
+    cfg = config(tmp_path, num_iterations=2, save_steps=1, save_total_limit=1, save_rollouts_steps=1)
+    trainer(tokenizer, cfg).train()
+    run = tmp_path / "run"
+    assert [p.name for p in run.glob("checkpoint-*")] == ["checkpoint-2"]  # save_total_limit=1
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["iteration-1.jsonl", "iteration-2.jsonl"]
+    assert trainer(tokenizer, replace(cfg, resume_from_checkpoint="latest")).train() == []
+    assert "nothing to train" in capsys.readouterr().out
+    assert len(trainer(tokenizer, replace(cfg, resume_from_checkpoint="latest", num_iterations=3)).train()) == 1
+    assert iterations(run) == [1, 2, 3]
+    assert (run / "metrics.png").is_file()  # train() draws the plot, as the CLI does
+
+
+def test_resuming_an_older_checkpoint_keeps_the_later_records_aside(tokenizer, tmp_path):
+    cfg = config(tmp_path, num_iterations=3, save_steps=1)
+    trainer(tokenizer, cfg).train()
+    run = tmp_path / "run"
+    trainer(tokenizer, replace(cfg, resume_from_checkpoint=str(run / "checkpoint-1"))).train()
+    assert iterations(run) == [1, 2, 3]
+    abandoned = [json.loads(line)["iteration"] for line in (run / "metrics.abandoned.jsonl").read_text().splitlines()]
+    assert abandoned == [2, 3]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_model, tokenizer):
+    """A model folder and a one-iteration CLI run from it, with its checkpoint."""
+    root = tmp_path_factory.mktemp("cli")
+    model = root / "tiny"
+    tiny_model.save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    args = ["train", "--env", "Ragen/FrozenLake-v0", "--model", str(model), "--iterations", "1", "--groups", "2",
+            "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--mixed-precision", "no",
+            "--output-dir", str(root / "run")]
+    assert main(args) == 0
+    return root, args
+
+
+def _copy_run(finished_run, tmp_path):
+    import shutil
+
+    root, args = finished_run
+    shutil.copytree(root / "run", tmp_path / "run")
+    args = [a if a != str(root / "run") else str(tmp_path / "run") for a in args]
+    return tmp_path / "run" / "checkpoint-1", args
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:100])
+
+
+CORRUPTIONS = {
+    "missing optimizer": (lambda c: (c / "trainer.pt").unlink(), "incomplete: trainer.pt missing"),
+    "state not JSON": (lambda c: (c / "trainer_state.json").write_text("{"), "trainer_state.json is unreadable"),
+    "state lacks keys": (lambda c: (c / "trainer_state.json").write_text("{}"), "trainer_state.json lacks"),
+    "weights truncated": (lambda c: _truncate(c / "model.safetensors"), "model.safetensors is unreadable"),
+    "optimizer truncated": (lambda c: _truncate(c / "trainer.pt"), "trainer.pt is unreadable"),
+    "foreign optimizer": (lambda c: torch.save({"optimizer": {"state": {}, "param_groups": [{"params": [0]}]},
+                                                "value_head": None}, c / "trainer.pt"),
+                          "optimizer state does not fit"),
+}
+
+
+@pytest.mark.parametrize("name", CORRUPTIONS)
+def test_resume_names_what_is_wrong_with_a_checkpoint_in_one_line(finished_run, tmp_path, capsys, name):
+    ckpt, args = _copy_run(finished_run, tmp_path)
+    corrupt, message = CORRUPTIONS[name]
+    corrupt(ckpt)
+    capsys.readouterr()
+    assert main([*args, "--iterations", "2", "--resume", "latest"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and str(ckpt) in err[-1] and "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--algorithm", "dapo"], "trained with --algorithm grpo, this run uses dapo"),
+    (["--model", "{other}"], "pass the same --model"),
+])
+def test_resume_refuses_another_algorithm_or_model(finished_run, tmp_path, capsys, flags, message):
+    ckpt, args = _copy_run(finished_run, tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("{}")  # not loadable: the check must come first
+    flags = [f.format(other=other) for f in flags]
+    capsys.readouterr()
+    assert main([*args, *flags, "--iterations", "2", "--resume", "latest"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_resuming_a_finished_cli_run_exits_cleanly(finished_run, tmp_path, capsys):
+    _, args = _copy_run(finished_run, tmp_path)
+    assert main([*args, "--resume", "latest"]) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    assert main(args) == 2  # the same command without --resume
+    assert "--resume latest" in capsys.readouterr().err
+
+
+def test_a_killed_run_resumes_with_every_finished_iteration_once(finished_run, tmp_path):
+    root, args = finished_run
+    run = tmp_path / "run"
+    args = [a if a != str(root / "run") else str(run) for a in args]
+    args[args.index("--iterations") + 1] = "60"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen([sys.executable, "-m", "ragen_envs.cli", *args, "--save-steps", "1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            metrics = run / "metrics.jsonl"
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before it could be killed"
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    finally:
+        process.kill()
+    finished = iterations(run)
+    assert finished == list(range(1, len(finished) + 1))  # every finished iteration, in order
+    total = str(len(finished) + 2)
+    args[args.index("--iterations") + 1] = total
+    assert main([*args, "--resume", "latest"]) == 0
+    assert iterations(run) == list(range(1, int(total) + 1))  # each exactly once
