@@ -13,7 +13,7 @@ VLLM := $(VLLM_VENV)/.vllm-installed
 export SDL_VIDEODRIVER ?= dummy
 export SDL_AUDIODRIVER ?= dummy
 
-.PHONY: demo oracle-demo test test-vllm lint bench clean
+.PHONY: demo oracle-demo test browser test-vllm lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,15 +36,23 @@ $(VLLM): pyproject.toml
 	touch $@
 
 # A short real training run of the default model (about 3 minutes on 2 CPU cores): GRPO with top-p
-# filtering on FrozenLake, a metrics table per iteration, the plot in demo_out/run/metrics.png.
+# filtering on FrozenLake, a metrics table per iteration, the plot in demo_out/run/metrics.png and the
+# episodes in demo_out/run/report.html. --overwrite replaces the previous demo's run.
 demo: $(DEV)
-	rm -rf demo_out/run
 	$(VENV)/bin/ragen train --env Ragen/FrozenLake-v0 --algorithm grpo --filter top_p --filter-value 0.9 \
 		--iterations 3 --groups 2 --group-size 4 --max-turns 2 --max-new-tokens 48 --temperature 1.0 \
-		--learning-rate 1e-5 --output-dir demo_out/run
+		--learning-rate 1e-5 --output-dir demo_out/run --overwrite
+	$(VENV)/bin/ragen view demo_out/run
+
+# The report test renders `ragen view` pages in a real headless browser: Debian's chromium, installed
+# where apt-get runs as root; elsewhere that one test is skipped and says why.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
+		echo "chromium could not be installed: the browser test will be skipped"
 
 # pytest exits 5 when it collected no test: that is a failure too.
-test: $(DEV)
+test: $(DEV) browser
 	$(PY) -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; fi; exit $$status
 

@@ -6,6 +6,7 @@ flag has the dataclass's default and the comment beside the field as help.
     ragen train --env Ragen/FrozenLake-v0 --algorithm grpo --filter top_p
     ragen train --config runs/ragen/config.json --iterations 20     # repeat (or extend) a run
     ragen plot runs/ragen
+    ragen view runs/ragen                                           # episodes as an HTML page
 """
 
 from __future__ import annotations
@@ -112,6 +113,13 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_view(args) -> int:
+    from ragen_envs.agent.report import write_report
+
+    print(write_report(args.source, args.out, args.iteration, images=not args.no_images))
+    return 0
+
+
 def load_run_config(path: str) -> dict:
     """A saved run config (JSON, or YAML by extension): TrainerConfig's fields, plus "env" and "model"."""
     text = Path(path).read_text()
@@ -194,6 +202,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     pl.add_argument("run_dir")
     pl.add_argument("--out", default=None, help="default: RUN_DIR/metrics.png")
     pl.set_defaults(func=cmd_plot)
+
+    vw = commands["view"] = sub("view", help="an HTML report of episodes (boards, reasoning, actions, rewards)")
+    vw.add_argument("source", help="a trajectory file (ragen eval --save) or a run folder (its latest rollouts)")
+    vw.add_argument("--out", default=None, help="default: RUN_DIR/report.html, or NAME.html beside NAME.jsonl")
+    vw.add_argument("--iteration", type=int, default=None, help="a run folder's rollouts of this iteration")
+    vw.add_argument("--no-images", action="store_true", help="text boards only (no replay of the episodes)")
+    vw.set_defaults(func=cmd_view)
     return parser, commands
 
 

@@ -39,6 +39,9 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
     assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").is_file()
     assert "success" in capsys.readouterr().out
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["iteration-2.jsonl"]  # the last
+    assert main(["view", str(run)]) == 0
+    assert (run / "report.html").read_text().count('class="episode') == 4
 
 
 def test_bad_arguments_exit_with_a_message(capsys):

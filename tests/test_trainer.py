@@ -10,6 +10,7 @@ from ragen_envs.agent.backends.base import Generation, Policy
 from ragen_envs.agent.trajectory import Trajectory, Turn
 from trainers import Trainer, TrainerConfig
 from trainers.batch import collate, trajectory_samples
+from trainers.metrics import METRICS
 
 REPLIES = ["<think>the goal is right</think><answer>Right</answer>",
            "<think>maybe down then left</think><answer>Down || Left</answer>",
@@ -75,6 +76,8 @@ def test_one_iteration_changes_the_weights_and_logs_every_metric(algorithm, toke
                       tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[0]
     assert EXPECTED_KEYS <= metrics.keys(), EXPECTED_KEYS - metrics.keys()
+    documented = {m.key for m in METRICS if m.key != "loss/kl" or algorithm != "dapo"}
+    assert documented <= metrics.keys(), documented - metrics.keys()  # the README explains real names
     assert metrics["filter/kept_groups"] >= 1 and metrics["filter/skipped"] == 0
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
     assert changed

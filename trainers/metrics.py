@@ -7,14 +7,81 @@ import csv
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-# The columns of the printed table: (metric, header).
-TABLE = [("iteration", "it"), ("rollout/success", "success"), ("rollout/return_mean", "return"),
-         ("rollout/format_valid", "format"), ("policy/token_entropy", "entropy"),
-         ("mi/retrieval_acc", "ret_acc"), ("mi/mi_est", "mi_est"), ("mi/conditional_entropy", "H(Z|X)"),
-         ("filter/kept_ratio", "kept"), ("filter/rv_std_over_mean", "rv_cv"), ("loss/policy", "pg_loss"),
-         ("time/iteration_s", "sec")]
+from trainers.filtering import LOW_RV_RATIO
+
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # the name in metrics.jsonl, metrics.csv and TensorBoard
+    label: str  # the printed table's column and the plot's legend (8 characters at most)
+    meaning: str  # what it measures, in words
+    collapse: str  # what template collapse, or its cause, looks like in it
+    panel: str | None = None  # the plot panel that draws it (PANELS)
+    table: bool = False  # a column of the printed table
+
+
+# The metrics a user reads, explained once: the README's table, the printed table and the plot all
+# come from this list. The rest (loss/*, time/*, recall_at_k, ...) are in metrics.jsonl as well.
+METRICS = [
+    Metric("iteration", "it", "rollout -> filter -> update cycles done, resumed ones included", "", table=True),
+    Metric("rollout/success", "success", "share of episodes the env marked solved", "flat or falling while "
+           "format rises: the template is learned, the task is not", "Task", True),
+    Metric("rollout/format_valid", "format", "share of replies with the <think>/<answer> format and a valid "
+           "action", "high on its own says nothing about reasoning", "Task", True),
+    Metric("rollout/return_mean", "return", "mean episode return: env rewards plus format penalties", "",
+           table=True),
+    Metric("policy/token_entropy", "entropy", "mean entropy of the policy's next-token distribution over its "
+           "own generated tokens (nats)", "stays healthy under template collapse: entropy cannot see it",
+           "Entropy (nats/token)", True),
+    Metric("mi/retrieval_acc", "ret_acc", "share of first-turn reasonings Z whose own prompt X scores them "
+           "highest among the batch's P prompts", "falls to chance (1/P): Z no longer depends on X",
+           "Retrieval", True),
+    Metric("mi/retrieval_chance", "chance", "1/P, what retrieval scores when Z ignores X", "",
+           "Retrieval"),
+    Metric("mi_traj/retrieval_acc", "ret_traj", "retrieval accuracy on one random turn per trajectory",
+           "falls to chance", "Retrieval"),
+    Metric("mi/mi_est", "MI", "estimate of I(X;Z) per token: mean log p(Z|own X) minus mean log of "
+           "p(Z|X) averaged over the batch's prompts (nats; at most log P)", "falls to 0", "MI (nats/token)",
+           True),
+    Metric("mi/conditional_entropy", "H(Z|X)", "-mean log p(Z|own X) per reasoning token (nats)",
+           "stays up while MI falls", "Entropy (nats/token)", True),
+    Metric("mi/reasoning_entropy", "H(Z)", "-mean log of p(Z|X) averaged over prompts, per token; "
+           "H(Z) = MI + H(Z|X)", "close to H(Z|X)", "Entropy (nats/token)"),
+    Metric("mi/mi_zscore_ema", "MI_z", "mean of (log p(Z|own X) - log p(Z)) / sigma, sigma smoothed over "
+           "iterations", "falls to 0", "MI (nats/token)"),
+    Metric("mi/empty_reasoning_rate", "no_think", "share of first-turn replies with no reasoning tokens "
+           "(left out of the MI proxies)", "near 1: the model writes no reasoning to measure"),
+    Metric("filter/rv_mean", "RV", "mean over prompt groups of the within-group reward variance",
+           "near 0: the cause; no task gradient, the KL and entropy terms erase input dependence",
+           "Reward variance", True),
+    Metric("filter/rv_std_over_mean", "RV_cv", "Std(RV)/Mean(RV) across groups", f"at or below {LOW_RV_RATIO}: RV "
+           "is flat across prompts, filtering cannot pick informative ones", "RV spread (std/mean)", True),
+    Metric("filter/kept_ratio", "kept", "share of prompt groups the SNR-aware filter keeps for the update",
+           "", "Filter", True),
+    Metric("filter/zero_variance_groups", "zero_rv", "prompt groups whose G rollouts all scored alike", "rises"),
+    Metric("filter/skipped", "skipped", "1 when the filter kept nothing and the update was skipped", ""),
+    Metric("loss/policy", "pg_loss", "clipped policy-gradient loss of the update", "", table=True),
+    Metric("loss/kl", "KL", "k3 estimate of KL(policy || initial model) on the kept tokens", ""),
+    Metric("time/iteration_s", "sec", "wall seconds of the iteration", "", table=True),
+]
+BY_KEY = {m.key: m for m in METRICS}
+TABLE = [m for m in METRICS if m.table]
+# Panels in drawing order: quantities of one scale share a panel; (title, y-axis label, shares in [0, 1]).
+PANELS = [("Task", "share of episodes", True), ("Retrieval", "accuracy", True),
+          ("MI (nats/token)", "nats per token", False), ("Entropy (nats/token)", "nats per token", False),
+          ("Reward variance", "variance", False), ("RV spread (std/mean)", "ratio", False),
+          ("Filter", "share of groups", True)]
+
+
+def markdown_table() -> str:
+    """The README's metric table."""
+    rows = ["| metric | column | what it measures | under collapse |", "|---|---|---|---|"]
+    rows += [f"| `{m.key}` | {m.label} | {m.meaning} | {m.collapse or '-'} |" for m in METRICS]
+    return "\n".join(rows)
 
 
 class MetricsLogger:
@@ -73,12 +140,12 @@ class MetricsLogger:
         """The metrics table's line for this iteration, preceded by the header the first time."""
         lines = []
         if not self._printed_header:
-            lines.append(" ".join(f"{h:>8s}" for _, h in TABLE))
+            lines.append(" ".join(f"{m.label:>8s}" for m in TABLE))
             self._printed_header = True
         cells = []
-        for key, _ in TABLE:
-            value = metrics.get(key)
-            cells.append(f"{'-':>8s}" if value is None else f"{value:8d}" if key == "iteration"
+        for m in TABLE:
+            value = metrics.get(m.key)
+            cells.append(f"{'-':>8s}" if value is None else f"{value:8d}" if m.key == "iteration"
                          else f"{value:8.3f}")
         lines.append(" ".join(cells))
         return "\n".join(lines)
@@ -107,38 +174,77 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return records
 
 
-PANELS = [
-    ("Task", ["rollout/success", "rollout/format_valid"]),
-    ("MI proxies", ["mi/retrieval_acc", "mi/retrieval_chance", "mi/mi_est", "mi_traj/retrieval_acc"]),
-    ("Entropy", ["policy/token_entropy", "mi/conditional_entropy", "mi/reasoning_entropy"]),
-    ("Filter", ["filter/kept_ratio", "filter/rv_std_over_mean"]),
-]
-
-
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Success, MI proxies, entropy and kept ratio over iterations, to a PNG."""
+    """The run's curves to a PNG (default RUN_DIR/metrics.png): one panel per scale (PANELS), the
+    run's name and settings in the title."""
+    run_dir = Path(run_dir)
     records = read_metrics(run_dir)
     if not records:
         raise FileNotFoundError(f"no metrics.jsonl with records in {run_dir}")
+    import matplotlib.pyplot as plt
+
+    fig = draw(records, _run_title(run_dir))
+    out = Path(out) if out else run_dir / "metrics.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def draw(records: list[dict], title: str):
+    """The figure of ``plot_run``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.5 * len(PANELS), 3.6))
+    columns = 4
+    rows = -(-len(PANELS) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False)
     x = [r["iteration"] for r in records]
-    for ax, (title, keys) in zip(axes, PANELS):
-        for key in keys:
-            y = [r.get(key, math.nan) for r in records]
-            if any(not math.isnan(v) for v in y):
-                ax.plot(x, y, marker="o", label=key.split("/", 1)[1] + (" (traj)" if key.startswith("mi_traj") else ""))
-        ax.set_title(title)
+    no_reasoning = all(r.get("mi/empty_reasoning_rate") == 1.0 for r in records)
+    for ax, (panel, unit, share) in zip(axes.flat, PANELS):
+        drawn = [m for m in METRICS if m.panel == panel]
+        for order, m in enumerate(drawn):
+            y = [r.get(m.key, math.nan) for r in records]
+            if all(v is None or math.isnan(v) for v in y):
+                continue
+            style = {"linestyle": "--", "color": "grey"} if m.key == "mi/retrieval_chance" else {"marker": "o"}
+            # Later lines draw on top and thinner: the first of a panel (success over format) stays visible.
+            ax.plot(x, y, label=m.label, zorder=10 - order, linewidth=2.6 - 0.7 * order, markersize=5 - order,
+                    **style)
+        ax.set_title(panel, fontsize=10)
         ax.set_xlabel("iteration")
+        ax.set_ylabel(unit)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if share:
+                ax.set_ylim(-0.05, 1.05)
+        else:
+            why = "\n(no <think> reasoning to score)" if no_reasoning and panel in ("Retrieval", "MI (nats/token)") \
+                else ""
+            ax.text(0.5, 0.5, "no data" + why, ha="center", va="center", transform=ax.transAxes, color="grey")
+            ax.set_xticks([])
+            ax.set_yticks([])
+    for ax in list(axes.flat)[len(PANELS):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    out = Path(out) if out else Path(run_dir) / "metrics.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig
+
+
+def _run_title(run_dir: Path) -> str:
+    """The folder's name and, from its config.json, what was trained on what."""
+    title = run_dir.resolve().name
+    try:
+        c = json.loads((run_dir / "config.json").read_text())
+        r = c["rollout"]
+        envs = ", ".join(f"{k.split('/')[-1]} x{v}" for k, v in c["env"].items())
+        filt = "no filter" if c["filter"] == "none" else f"{c['filter']} {c['filter_value']}"
+        title += (f"\n{c['algorithm']} on {envs} groups, G={r['group_size']}, {filt}, lr {c['learning_rate']:g}, "
+                  f"model {c['model'] or 'default'}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # a folder without a (readable) config still plots
+    return title

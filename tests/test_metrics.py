@@ -1,0 +1,78 @@
+"""Metric names explained once (the README table), and a plot a user can read."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from trainers.metrics import METRICS, PANELS, TABLE, MetricsLogger, draw, markdown_table, plot_run
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_explains_every_metric_of_the_table_and_plot():
+    # Regenerate with: python -c "from trainers.metrics import markdown_table; print(markdown_table())"
+    assert markdown_table() in README.read_text()
+    assert all(len(m.label) <= 8 and m.meaning for m in METRICS)
+    panels = {title for title, _, _ in PANELS}
+    assert all(m.panel in panels for m in METRICS if m.panel)
+    assert len({m.label for m in METRICS}) == len(METRICS)
+
+
+def test_the_printed_table_uses_the_documented_labels(tmp_path):
+    logger = MetricsLogger(tmp_path)
+    text = logger.table_row({"iteration": 1, "rollout/success": 0.5})
+    header, row = text.splitlines()
+    assert header.split() == [m.label for m in TABLE]
+    assert row.split()[:2] == ["1", "0.500"] and "-" in row.split()
+    assert logger.table_row({"iteration": 2}).count("\n") == 0  # the header only once
+
+
+def records(n=4, mi=True):
+    out = []
+    for i in range(1, n + 1):
+        r = {"iteration": i, "rollout/success": 0.5, "rollout/format_valid": 0.5, "policy/token_entropy": 2.0 - i / 10,
+             "filter/rv_mean": 0.1, "filter/rv_std_over_mean": 1.5, "filter/kept_ratio": 0.5}
+        if mi:
+            r.update({"mi/retrieval_acc": 0.9 - i / 10, "mi/retrieval_chance": 0.25, "mi/mi_est": 0.3})
+        out.append(r)
+    return out
+
+
+def test_the_plot_has_integer_ticks_labels_a_title_and_says_when_a_panel_is_empty():
+    fig = draw(records(mi=False), "my-run\ngrpo on FrozenLake")
+    axes = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    assert set(axes) == {title for title, _, _ in PANELS}
+    assert fig._suptitle.get_text().startswith("my-run")
+    task = axes["Task"]
+    assert task.get_xlabel() == "iteration" and task.get_ylabel() == "share of episodes"
+    ticks = [t for t in task.get_xticks() if 1 <= t <= 4]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert task.get_ylim() == pytest.approx((-0.05, 1.05))
+    success, format_valid = task.get_lines()
+    # Equal values: success is drawn above format, so it stays visible.
+    assert success.get_label() == "success" and success.get_zorder() > format_valid.get_zorder()
+    assert [t.get_text() for t in axes["Retrieval"].texts] == ["no data"]
+    assert not axes["Entropy (nats/token)"].texts
+    fig = draw(records(mi=True), "t")
+    retrieval = {ax.get_title(): ax for ax in fig.axes}["Retrieval"]
+    assert not retrieval.texts and {line.get_label() for line in retrieval.get_lines()} == {"ret_acc", "chance"}
+
+
+def test_plot_run_titles_the_figure_with_the_run_settings(tmp_path):
+    import json
+
+    logger = MetricsLogger(tmp_path / "run-a")
+    for r in records():
+        logger.log(r)
+    (tmp_path / "run-a" / "config.json").write_text(json.dumps({
+        "model": None, "env": {"Ragen/FrozenLake-v0": 8}, "algorithm": "dapo", "filter": "top_p",
+        "filter_value": 0.9, "learning_rate": 1e-6, "rollout": {"group_size": 16}}))
+    from trainers import metrics
+
+    assert metrics._run_title(tmp_path / "run-a") == (
+        "run-a\ndapo on FrozenLake-v0 x8 groups, G=16, top_p 0.9, lr 1e-06, model default")
+    assert plot_run(tmp_path / "run-a").stat().st_size > 10_000
+    with pytest.raises(FileNotFoundError):
+        plot_run(tmp_path / "empty")
+    assert not any(math.isnan(v) for v in records()[0].values())
