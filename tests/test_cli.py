@@ -1,6 +1,7 @@
 """The ragen command on a tiny model saved to disk."""
 
 import json
+import re
 
 import pytest
 
@@ -30,6 +31,14 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
     assert main(["train", "--env", "Ragen/FrozenLake-v0", "--model", model_dir, "--iterations", "2",
                  "--groups", "2", "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4",
                  "--filter", "top_p", "--output-dir", str(run), "--mixed-precision", "no"]) == 0
+    out, err = capsys.readouterr()
+    # Long steps: one complete line each on stderr; the table alone on stdout.
+    steps = [line for line in err.splitlines() if " ..." in line]
+    assert [line.split(" ...")[0] for line in steps] == [f"loading model {model_dir}", "writing checkpoint-2"]
+    assert all(re.search(r" \.\.\. done \([0-9.]+ s(, \d+ MB)?\)$", line) for line in steps), steps
+    table = out.splitlines()
+    assert table[0].split()[:3] == ["it", "success", "format"]
+    assert [line.split()[0] for line in table[1:3]] == ["1", "2"] and table[3].startswith("run folder:")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     saved = json.loads((run / "config.json").read_text())  # the resolved config, to repeat the run
     assert saved["env"] == {"Ragen/FrozenLake-v0": 2} and saved["model"] == model_dir
@@ -38,7 +47,6 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
     assert (run / "metrics.png").stat().st_size > 1000
     assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").is_file()
-    assert "success" in capsys.readouterr().out
     assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["iteration-2.jsonl"]  # the last
     assert main(["view", str(run)]) == 0
     assert (run / "report.html").read_text().count('class="episode') == 4

