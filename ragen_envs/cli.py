@@ -172,7 +172,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     parser = argparse.ArgumentParser(prog="ragen", description="ragen-envs: LLM agents in multi-turn RL",
                                      parents=[common])
     parser.add_argument("--version", action="version", version=f"ragen-envs {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                       help="list, eval, train, plot or view; COMMAND --help for its options")
     commands = {}
 
     def sub(name, **kwargs):
@@ -199,7 +200,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     tr.set_defaults(func=cmd_train)
 
     pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")
-    pl.add_argument("run_dir")
+    pl.add_argument("run_dir", help="a run folder (its metrics.jsonl)")
     pl.add_argument("--out", default=None, help="default: RUN_DIR/metrics.png")
     pl.set_defaults(func=cmd_plot)
 

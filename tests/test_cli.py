@@ -248,3 +248,12 @@ def test_version_and_help(capsys):
         main(["train", "--help"])
     text = capsys.readouterr().out
     assert "--overwrite" in text and "--save-total-limit" in text and "(default: 10)" in text
+
+
+def test_every_option_of_every_command_has_help():
+    from ragen_envs.cli import build_parser
+
+    parser, commands = build_parser()
+    for name, command in [("ragen", parser), *commands.items()]:
+        for action in command._actions:
+            assert action.help and action.help.strip(), f"{name} {action.option_strings or action.dest} has no help"
