@@ -3,10 +3,11 @@ flag has the dataclass's default and the comment beside the field as help.
 
     ragen list
     ragen eval --env Ragen/Sokoban-v0 --groups 8 --group-size 4
-    ragen train --env Ragen/FrozenLake-v0 --algorithm grpo --filter top_p
-    ragen train --config runs/ragen/config.json --iterations 20     # repeat (or extend) a run
-    ragen plot runs/ragen
-    ragen view runs/ragen                                           # episodes as an HTML page
+    ragen train --env Ragen/FrozenLake-v0 --algorithm grpo --filter top_p --output-dir runs/fl
+    ragen train --env Ragen/FrozenLake-v0 --output-dir runs/fl --iterations 20 --resume latest  # extend it
+    ragen train --config runs/fl/config.json --output-dir runs/fl-again           # repeat it elsewhere
+    ragen plot runs/fl
+    ragen view runs/fl                                                            # episodes as HTML
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ def cmd_list(args) -> int:
 
 def cmd_eval(args) -> int:
     from ragen_envs.agent import RolloutRunner, save_jsonl
-
     from ragen_envs.agent.rollout import check_envs
 
     config = cli_args.build(RolloutConfig, args)

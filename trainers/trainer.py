@@ -40,8 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ragen_envs.agent import progress
-from ragen_envs.agent import RolloutRunner
+from ragen_envs.agent import RolloutRunner, progress
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.default_model import load_model
 from ragen_envs.agent.rollout import check_envs

@@ -2,6 +2,9 @@
 
 Loading the GGUF takes ~25 s (dequantisation), so the first use saves a converted copy
 (safetensors, bf16, with the tokenizer) under the user cache directory and later uses load that.
+
+Every model a backend or the trainer loads goes through ``load_model``: ``check_model`` first (a
+folder must hold a model; a hub id must be cached or reachable), then one progress line.
 """
 
 from __future__ import annotations
@@ -113,7 +116,10 @@ def check_model(model: str | os.PathLike | None) -> None:
 def resolve_model(model: str | os.PathLike | None) -> str:
     """A model path or hub id, checked (``check_model``); None means the embedded default."""
     check_model(model)
-    return str(default_model_path()) if model is None else str(model)
+    if model is None:
+        return str(default_model_path())
+    path = Path(str(model)).expanduser()
+    return str(path) if path.exists() else str(model)
 
 
 def load_model(model: str | os.PathLike | None, dtype, tokenizer=None):
