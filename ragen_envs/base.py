@@ -167,6 +167,15 @@ class TextEnv(LLMEnv):
         return None
 
 
+def open_text(action: str, max_chars: int) -> str | None:
+    """An open-text action (an answer, a query) stripped, or None when it is empty, longer than
+    ``max_chars`` or holds control characters other than tab and newline (a NUL is not an answer)."""
+    text = action.strip()
+    if not text or len(text) > max_chars or any(ord(c) < 32 and c not in "\t\n\r" or c == "\x7f" for c in text):
+        return None
+    return text
+
+
 CLIP_NOTE = "\n[... {n} characters cut]"
 
 

@@ -46,6 +46,13 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
              kwargs={"observation_format": "grid_coord"}),
+    EnvEntry("Ragen/MetaMathQA-v0", "ragen_envs.metamath:MetaMathQAEnv",
+             "answer a math word problem; a wrong answer may be retried for half the reward; generated offline"),
+    EnvEntry("Ragen/Countdown-v0", "ragen_envs.countdown:CountdownEnv",
+             "reach the target with 3-4 numbers and + - * / in one expression; generated, always solvable"),
+    EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",
+             "search a corpus (BM25), then answer; questions over country facts: single-hop, bridge, comparison",
+             extra="search", requires=("bm25s", "countryinfo"), offline_data="countryinfo package"),
 ]
 
 #: id -> entry, in catalogue order.

