@@ -7,7 +7,9 @@ Prints, in one run:
    (``pip install --no-deps gym-sokoban``; skipped when absent), with the ratio of means, plus the
    whole reset (generation and the optimal-length solve);
 3. the reset's tail at 10x10 with 3 boxes: mean / p99 / max over 1,000 seeds, and how many levels
-   ran past the solver's node budget (``solver_nodes``) and report no optimal length.
+   ran past the solver's node budget (``solver_nodes``) and report no optimal length;
+4. SearchQA's retrieval: BM25 index build time against a reset with the shared index (what sharing
+   saves per env), query latency (mean / p99) and recall@3 of the supporting passage by question kind.
 
     python benchmarks/env_throughput.py [--quick]
 """
@@ -49,6 +51,41 @@ def rates(make, actions, seconds):
     step_rate = n / (time.perf_counter() - start)
     env.close()
     return reset_rate, step_rate
+
+
+def oracle_actions(env_id: str, episodes: int = 5) -> list[str]:
+    """Open-text envs: the oracle's actions over a few episodes (answers, queries, expressions)."""
+    env = gym.make(env_id)
+    actions = []
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        action = env.unwrapped.oracle_action()
+        if action is not None:
+            actions.append(action)
+    return actions
+
+
+def retrieval(quick: bool) -> None:
+    from ragen_envs.searchqa import corpus
+    from ragen_envs.searchqa.retrieval import BM25Index, shared_index
+
+    print("\n== SearchQA retrieval (BM25, bm25s) ==")
+    passages, questions = corpus.build()
+    start = time.perf_counter()
+    BM25Index(passages)
+    build_ms = (time.perf_counter() - start) * 1e3
+    env = gym.make("Ragen/SearchQA-v0")
+    reset_ms = timings(lambda i: env.reset(seed=i), 200)[0]
+    print(f"{len(passages)} passages: index built in {build_ms:.0f} ms; a reset with the shared index takes "
+          f"{reset_ms * 1e3:.0f} us ({build_ms / reset_ms:.0f}x less than an index per env)")
+    index = shared_index(passages)
+    chosen = questions[::4] if quick else questions
+    latency = timings(lambda i: index.search(chosen[i].question, 3), len(chosen))
+    print(f"query latency over {len(chosen)} questions: mean {latency[0]:.2f} ms, p99 {latency[1]:.2f} ms")
+    for kind in ("single", "bridge", "comparison"):
+        asked = [q for q in chosen if q.kind == kind]
+        hits = sum(any(h.passage.id in q.supporting for h in index.search(q.question, 3)) for q in asked)
+        print(f"recall@3 of a supporting passage, {kind:10s}: {hits / len(asked):.3f} ({len(asked)} questions)")
 
 
 def gym_sokoban_generator():
@@ -95,7 +132,7 @@ def main() -> None:
     print(f"{label:44s} {baseline[0]:10.0f} {baseline[1]:10.0f} {'1.00x':>22s}")
     for entry in ENVIRONMENTS.values():
         grid = issubclass(load_class(entry), GridEnv)
-        actions = gym.make(entry.id).unwrapped.valid_actions or ["1", "42", "hello"]
+        actions = gym.make(entry.id).unwrapped.valid_actions or oracle_actions(entry.id) + ["hello"]
         for obs_type in ("text", "image", "both") if grid and not entry.kwargs else ("text",):
             kwargs = {"observation_type": obs_type} if grid else {}
             r = rates(lambda: gym.make(entry.id, **kwargs), actions, seconds)
@@ -136,6 +173,10 @@ def main() -> None:
                                seeds)
     print(f"{seeds} seeds: mean {mean:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms; "
           f"{sum(over_budget)} over the solver budget ({env.solver_nodes} nodes)")
+    if importlib.util.find_spec("bm25s") and importlib.util.find_spec("countryinfo"):
+        retrieval(args.quick)
+    else:
+        print('\n(SearchQA retrieval skipped: pip install "ragen-envs[search]")')
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 from ragen_envs import __version__, cli_args
 from ragen_envs.agent.backends import PolicyConfig
 from ragen_envs.agent.rollout import RolloutConfig
-from ragen_envs.registry import ENVIRONMENTS, markdown_table
+from ragen_envs.registry import ENVIRONMENTS, markdown_table, missing_modules
 
 # The policy fields `ragen train` takes (it trains a transformers model).
 TRAIN_POLICY_FIELDS = {"model", "device"}
@@ -66,9 +66,10 @@ def cmd_list(args) -> int:
     if args.markdown:
         print(markdown_table())
         return 0
-    print(f"{'id':28s} {'extra':8s} {'offline data':14s} description")
+    print(f"{'id':28s} {'extra':7s} {'offline data':20s} {'ready':24s} description")
     for e in ENVIRONMENTS.values():
-        print(f"{e.id:28s} {e.extra or '-':8s} {e.offline_data or 'no (network)':14s} {e.description}")
+        ready = "yes" if not missing_modules(e) else f'pip install "ragen-envs[{e.extra}]"'
+        print(f"{e.id:28s} {e.extra or '-':7s} {e.offline_data or 'no (network)':20s} {ready:24s} {e.description}")
     return 0
 
 

@@ -63,9 +63,14 @@ class MissingExtraError(ImportError):
     """An environment's optional dependencies are not installed."""
 
 
+def missing_modules(entry: EnvEntry) -> list[str]:
+    """The modules of the entry's extra that are not installed (its default data included)."""
+    return [name for name in entry.requires if importlib.util.find_spec(name) is None]
+
+
 def load_class(entry: EnvEntry) -> type:
     """The env class of an entry, after checking its extra is installed."""
-    missing = [name for name in entry.requires if importlib.util.find_spec(name) is None]
+    missing = missing_modules(entry)
     if missing:
         raise MissingExtraError(
             f"{entry.id} needs the optional extra {entry.extra!r} (missing: {', '.join(missing)}): "

@@ -257,3 +257,14 @@ def test_every_option_of_every_command_has_help():
     for name, command in [("ragen", parser), *commands.items()]:
         for action in command._actions:
             assert action.help and action.help.strip(), f"{name} {action.option_strings or action.dest} has no help"
+
+
+def test_list_says_which_envs_lack_their_extra(capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bm25s" else real(name, *a))
+    assert main(["list"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert 'pip install "ragen-envs[search]"' in lines["Ragen/SearchQA-v0"]
+    assert " yes " in lines["Ragen/Countdown-v0"]

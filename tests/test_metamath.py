@@ -1,0 +1,87 @@
+"""MetaMathQA: answer checking, retries at half reward, the built-in word problems."""
+
+import random
+
+import gymnasium as gym
+import pytest
+
+import ragen_envs  # noqa: F401
+from ragen_envs.metamath.answers import gold_from_response, is_correct, normalise
+from ragen_envs.metamath.generator import TEMPLATES, generate
+
+PROBLEM = {"query": "What is 3/4 of 24?", "response": "3/4 * 24 = 18. The answer is: 18"}
+
+
+@pytest.mark.parametrize("answer, gold, correct", [
+    ("18", "18", True), (" 18 ", "18", True), ("$18$", "18", True), ("\\boxed{18}", "18", True),
+    ("18.0", "18", True), ("18.000", "18", True), ("1,234", "1234", True), ("1234", "1,234", True),
+    ("0.75", "3/4", True), ("3/4", "0.75", True), ("\\frac{3}{4}", "0.75", True), ("\\dfrac{3}{4}", "3/4", True),
+    ("The answer is: 18", "18", True), ("18 dollars", "18", True), ("$18.", "18", True),
+    ("0.7500001", "0.75", True), ("1e-7", "0", True), ("18.5", "18", False), ("17", "18", False),
+    ("18 or 19", "18", False), ("", "18", False), ("x^2+1", "X^2+1", True), ("\\boxed{\\frac{1}{2}}", "1/2", True),
+    ("(2, 3)", "(2,3)", False), ("Paris", "paris", True), ("1,000,000", "1000000", True),
+])
+def test_answer_checking(answer, gold, correct):
+    assert is_correct(answer, gold) is correct
+
+
+def test_normalise_and_gold():
+    assert normalise("The answer is: $\\boxed{1,200}$.") == "1200"
+    assert gold_from_response(PROBLEM["response"]) == "18"
+    assert gold_from_response("no final answer here") is None
+
+
+def test_a_wrong_answer_halves_the_reward_of_the_next():
+    env = gym.make("Ragen/MetaMathQA-v0")
+    obs, _ = env.reset(seed=0, options={"problem": PROBLEM})
+    assert obs == PROBLEM["query"]
+    obs, r, term, trunc, info = env.step("17")
+    assert (r, term, trunc, info["action_is_valid"]) == (0.0, False, False, True)
+    assert "Incorrect. Please think again." in obs and "17" in obs
+    obs, r, term, trunc, info = env.step("16")
+    obs, r, term, trunc, info = env.step("18")
+    assert (r, term, info["success"]) == (0.25, True, True)  # two misses: 1 / 2**2
+
+
+def test_attempts_run_out_then_truncated():
+    env = gym.make("Ragen/MetaMathQA-v0", max_attempts=2)
+    env.reset(seed=0, options={"problem": PROBLEM})
+    assert env.step("1")[2:4] == (False, False)
+    assert env.step("2")[2:4] == (False, True)
+    single = gym.make("Ragen/MetaMathQA-v0", max_attempts=1)
+    single.reset(seed=0, options={"problem": PROBLEM})
+    assert single.step("18")[1] == 1.0
+    with pytest.raises(ValueError, match="max_attempts"):
+        gym.make("Ragen/MetaMathQA-v0", max_attempts=0)
+
+
+def test_the_builtin_problems():
+    assert len(TEMPLATES) >= 25
+    records = [generate(random.Random(i)) for i in range(2000)]
+    assert records[:50] == [generate(random.Random(i)) for i in range(50)]  # deterministic
+    assert len({r["type"] for r in records}) == len(TEMPLATES)
+    assert len({r["query"] for r in records}) > 1900
+    for r in records:
+        gold = gold_from_response(r["response"])
+        assert gold is not None and int(gold) >= 0 and r["response"].endswith(f"The answer is: {gold}")
+
+
+def test_seed_picks_the_problem_and_the_oracle_solves_it():
+    env = gym.make("Ragen/MetaMathQA-v0")
+    first = env.reset(seed=4)[0]
+    assert env.reset(seed=4)[0] == first and env.reset(seed=5)[0] != first
+    assert gym.make("Ragen/MetaMathQA-v0", split="test").reset(seed=4)[0] != first
+    assert env.step(env.unwrapped.oracle_action())[1] == 1.0
+
+
+def test_other_sources_keep_metamathqas_fields(tmp_path):
+    import json
+
+    path = tmp_path / "math.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [PROBLEM, {**PROBLEM, "query": "Again?"}]))
+    env = gym.make("Ragen/MetaMathQA-v0", dataset=str(path))
+    assert env.reset(seed=0)[0] in ("What is 3/4 of 24?", "Again?")
+    with pytest.raises(ValueError, match="lacks field.*response"):
+        gym.make("Ragen/MetaMathQA-v0", dataset=[{"query": "x", "answer": "1"}])
+    with pytest.raises(ValueError, match="The answer is"):
+        gym.make("Ragen/MetaMathQA-v0", dataset=[{"query": "x", "response": "no answer"}])

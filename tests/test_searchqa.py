@@ -1,0 +1,132 @@
+"""SearchQA: actions, rewards (HotpotQA scoring), the built-in corpus and questions, BM25 retrieval."""
+
+import collections
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import gymnasium as gym
+import pytest
+
+import ragen_envs  # noqa: F401
+from ragen_envs.searchqa import corpus
+from ragen_envs.searchqa.retrieval import shared_index
+from ragen_envs.searchqa.scoring import f1, normalise, reward
+
+ESTONIA = {"question": "What is the capital of Estonia?", "answer": "Tallinn", "supporting": ["country:estonia"]}
+
+
+def env_with(question=ESTONIA, **kwargs):
+    env = gym.make("Ragen/SearchQA-v0", **kwargs)
+    env.reset(seed=0, options={"question": question})
+    return env
+
+
+def test_scoring_follows_hotpotqa():
+    assert normalise("The  Republic of Estonia!") == "republic of estonia"
+    assert reward("the Tallinn", "Tallinn") == 1.0
+    assert f1("Northern Europe region", "Northern Europe") == pytest.approx(0.8)
+    assert reward("Northern Europe region", "Northern Europe") == pytest.approx(0.8)
+    assert reward("Europe and many other words here", "Northern Europe") == 0.0  # F1 0.25 < 0.3
+    assert reward("Riga", "Tallinn") == 0.0
+
+
+def test_search_then_finish():
+    env = env_with()
+    obs, r, term, trunc, info = env.step("search[capital Estonia]")
+    assert (r, term, info["action_is_valid"], info["gold_retrieved"], info["searches"]) == (0.0, False, True, True, 1)
+    assert "[1] Estonia:" in obs and obs.count("\n[") == 3  # top_k = 3 passages
+    obs, r, term, trunc, info = env.step("finish[tallinn]")
+    assert (r, term, info["success"]) == (1.0, True, True)
+
+
+def test_partial_credit_and_a_miss():
+    env = env_with({"question": "Where is Estonia?", "answer": "Northern Europe"})
+    assert env.step("finish[Northern Europe region]")[1] == pytest.approx(0.8)
+    env = env_with()
+    assert env.step("finish[Riga]")[1:3] == (0.0, True)
+
+
+@pytest.mark.parametrize("action", ["search[]", "search[  ]", "finish[]", "search[abc", "search abc", "lookup[x]",
+                                    "search[" * 1000, "search[" + "x" * 1000 + "]", "search[a\x00b]", "finish[a[b]"])
+def test_malformed_actions_are_invalid(action):
+    env = env_with()
+    obs, r, term, trunc, info = env.step(action)
+    assert (r, term, info["action_is_valid"], info["searches"]) == (0.0, False, False, 0)
+
+
+def test_passages_are_cut_and_truncation_comes_at_max_steps():
+    env = env_with(max_passage_chars=20, top_k=1, max_steps=2)
+    obs = env.step("search[Estonia]")[0]
+    line = [x for x in obs.splitlines() if x.startswith("[1]")][0]
+    assert line.endswith("...") and len(line.split(": ", 1)[1]) == 23
+    assert env.step("search[Latvia]")[3] is True
+    assert env_with().step("search[zzzz qqqq]")[0].endswith("No passage matches 'zzzz qqqq'.")
+
+
+def test_builtin_questions_and_corpus():
+    passages, questions = corpus.build()
+    kinds = collections.Counter(q.kind for q in questions)
+    assert len(questions) >= 500 and min(kinds.values()) >= 100 and set(kinds) == {"single", "bridge", "comparison"}
+    ids = {p.id for p in passages}
+    assert len(ids) == len(passages) and all(set(q.supporting) <= ids for q in questions)
+    train, test = corpus.questions("train"), corpus.questions("test")
+    assert len(test) > 200 and not {q.question for q in train} & {q.question for q in test}
+    assert corpus.build() is corpus.build()
+
+
+def test_bm25_recall_at_3_on_single_hop_questions():
+    index = shared_index(corpus.build()[0])
+    single = [q for q in corpus.build()[1] if q.kind == "single"]
+    hits = sum(any(h.passage.id in q.supporting for h in index.search(q.question, 3)) for q in single)
+    recall = hits / len(single)
+    print(f"BM25 recall@3 on {len(single)} single-hop questions: {recall:.3f}")
+    assert recall >= 0.95
+
+
+def test_the_index_is_built_once_per_process():
+    a, b = gym.make("Ragen/SearchQA-v0"), gym.make("Ragen/SearchQA-v0", split="test")
+    assert a.unwrapped.retriever is b.unwrapped.retriever
+
+
+def test_a_corpus_and_questions_of_ones_own():
+    passages = [{"id": "p1", "title": "Mars", "text": "Mars has two moons, Phobos and Deimos."},
+                {"id": "p2", "title": "Venus", "text": "Venus has no moon."}]
+    env = gym.make("Ragen/SearchQA-v0", corpus=passages,
+                   dataset=[{"question": "How many moons has Mars?", "answer": "two", "supporting": ["p1"]}])
+    env.reset(seed=0)
+    steps = []
+    while not steps or not (steps[-1][2] or steps[-1][3]):
+        steps.append(env.step(env.unwrapped.oracle_action()))
+    assert steps[0][4]["gold_retrieved"] and steps[-1][1] == 1.0
+    with pytest.raises(ValueError, match="lacks field.*text"):
+        gym.make("Ragen/SearchQA-v0", corpus=[{"title": "x"}])
+
+
+class Retriever(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        docs = [{"document": {"id": f"d{i}", "contents": f'"Doc {i}"\nabout {body["queries"][0]}'}, "score": 1.0 - i}
+                for i in range(body["topk"])]
+        payload = json.dumps({"result": [docs]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_search_r1_retrieval_server():
+    server = HTTPServer(("127.0.0.1", 0), Retriever)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = env_with(retriever_url=f"http://127.0.0.1:{server.server_port}/retrieve", top_k=2)
+        obs = env.step("search[moons]")[0]
+        assert "[1] Doc 0: about moons" in obs and "[2] Doc 1" in obs
+    finally:
+        server.shutdown()
+        server.server_close()
+    obs, r, term, _, info = env.step("search[again]")  # the server is gone: said, not raised
+    assert "Search failed" in obs and info["action_is_valid"] and not term
