@@ -109,4 +109,3 @@ def test_without_the_datasets_library_the_extra_is_named(monkeypatch):
 
 def test_seeds_of_builtin_splits_never_overlap():
     assert data.seeded_index("test") - data.seeded_index("train") > 1 << 31
-
