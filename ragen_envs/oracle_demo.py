@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from ragen_envs.registry import ENVIRONMENTS, load_class
+from ragen_envs.rendering import png_bytes
 
 
 def play(env_id: str, seed: int, out: Path) -> float:
@@ -51,15 +52,10 @@ def _text(obs) -> str:
 
 def _save_strip(frames: list[np.ndarray], path: Path) -> None:
     """All frames side by side in one PNG."""
-    try:
-        import pygame
-    except ImportError:
-        print("(pygame not installed: no PNG written)")
-        return
     gap = np.full((frames[0].shape[0], 4, 3), 255, dtype=np.uint8)
     strip = np.concatenate([x for f in frames for x in (f, gap)][:-1], axis=1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pygame.image.save(pygame.surfarray.make_surface(strip.transpose(1, 0, 2)), str(path))
+    path.write_bytes(png_bytes(strip))
     print(f"frames written to {path}")
 
 

@@ -7,6 +7,9 @@ microseconds, not the milliseconds of blitting sprite by sprite.
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import numpy as np
 
 TILE = 32  # pixels per board cell
@@ -91,3 +94,16 @@ class Window:
         if self._screen is not None:
             self._pygame.display.quit()
             self._screen = None
+
+
+def png_bytes(rgb: np.ndarray) -> bytes:
+    """An (H, W, 3) uint8 image as PNG file bytes (written here: no imaging library needed)."""
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    height, width, _ = rgb.shape
+    rows = np.concatenate([np.zeros((height, 1), np.uint8), rgb.reshape(height, width * 3)], axis=1)
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + chunk(b"IEND", b""))

@@ -12,14 +12,13 @@ from __future__ import annotations
 import base64
 import html
 import re
-import struct
-import zlib
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from ragen_envs.agent.trajectory import Trajectory, load_jsonl
+from ragen_envs.rendering import png_bytes
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fafafa; }
@@ -40,17 +39,8 @@ img { image-rendering: pixelated; display: block; margin: 4px 0; }
 
 
 def png_data_uri(rgb: np.ndarray) -> str:
-    """An (H, W, 3) uint8 image as a data: URI holding a PNG (written here: no imaging library)."""
-    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
-    height, width, _ = rgb.shape
-    rows = np.concatenate([np.zeros((height, 1), np.uint8), rgb.reshape(height, width * 3)], axis=1)
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + chunk(b"IEND", b""))
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    """An (H, W, 3) uint8 image as a data: URI holding a PNG."""
+    return "data:image/png;base64," + base64.b64encode(png_bytes(rgb)).decode("ascii")
 
 
 def replay_frames(trajectory: Trajectory) -> list[np.ndarray] | None:
