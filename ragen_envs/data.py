@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,43 @@ def load_hub(name: str, split: str) -> tuple[dict, ...]:
     return tuple(table)
 
 
-def pick(np_random, size: int) -> int:
-    """The item index of an episode, from the env's generator (so one seed means one problem)."""
-    return int(np_random.integers(size))
+BUILTIN_SIZE = 1 << 31  # items of a generated source an episode draws from
+
+
+class Source:
+    """The items of a dataset-backed env, random-access.
+
+    ``dataset="builtin"`` uses the env's own source: ``generate(rng)`` builds item i of a split from
+    ``Random(base(split) + i)``, or ``shipped()`` returns the split's items (finite, shipped data).
+    Any other ``dataset`` is loaded with ``records`` and each record turned into an item by
+    ``convert(record, where)``, which raises a ValueError naming ``where`` for a bad one.
+    """
+
+    def __init__(self, dataset: Any, split: str, fields: Sequence[str], hub_name: str, convert: Callable,
+                 generate: Callable[[random.Random], Any] | None = None,
+                 shipped: Callable[[], Sequence[Any]] | None = None):
+        self.dataset, self.split = dataset, split
+        self._generate = None
+        if isinstance(dataset, str) and dataset == "builtin":
+            if generate is not None:
+                self._generate, self._base, self._items = generate, seeded_index(split), None
+            else:
+                self._items = list(shipped())
+        else:
+            rows = records(dataset, fields, hub_name, split)
+            self._items = [convert(r, f"{describe(dataset)}: record {i}") for i, r in enumerate(rows)]
+
+    def __len__(self) -> int:
+        return BUILTIN_SIZE if self._items is None else len(self._items)
+
+    def __getitem__(self, index: int):
+        if self._items is None:
+            return self._generate(random.Random(self._base + index))
+        return self._items[index]
+
+    def sample(self, np_random):
+        """An episode's item, drawn with the env's generator (so one seed means one problem)."""
+        return self[int(np_random.integers(len(self)))]
 
 
 def seeded_index(split: str) -> int:

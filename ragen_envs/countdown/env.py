@@ -30,7 +30,7 @@ plays a given one. ``oracle_action()`` returns a solving expression (the solver,
 
 from __future__ import annotations
 
-import random
+from functools import partial
 from typing import Any
 
 from ragen_envs import data
@@ -40,7 +40,6 @@ from ragen_envs.countdown.generator import CountdownConfig, CountdownTask, gener
 
 HUB_NAME = "Jiayi-Pan/Countdown-Tasks-3to4"
 FIELDS = ("target", "nums")
-BUILTIN_SIZE = 1 << 31  # built-in task indices drawn per episode
 
 INSTRUCTIONS = (
     "Countdown: combine the given numbers with +, -, * and / (and parentheses) to reach the target. "
@@ -68,29 +67,17 @@ class CountdownEnv(TextEnv):
                  render_mode: str | None = None):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.generator_config = CountdownConfig(min_numbers, max_numbers, max_number, min_target, max_target)
-        self.split = split
-        self.dataset = dataset
-        if isinstance(dataset, str) and dataset == "builtin":
-            self._base = data.seeded_index(split)
-            self._tasks = None
-        else:
-            rows = data.records(dataset, FIELDS, HUB_NAME, split)
-            self._tasks = [to_task(r, f"{data.describe(dataset)}: record {i}") for i, r in enumerate(rows)]
+        self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_task,
+                                  generate=partial(generate, config=self.generator_config))
         self.task: CountdownTask | None = None
         self.answer: Expression | None = None
         self.reward = 0.0
-
-    def task_at(self, index: int) -> CountdownTask:
-        """Task ``index`` of the source (random access)."""
-        if self._tasks is not None:
-            return self._tasks[index]
-        return generate(random.Random(self._base + index), self.generator_config)
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         if "task" in options:
             self.task = to_task(options["task"], "options['task']")
         else:
-            self.task = self.task_at(data.pick(self.np_random, len(self._tasks) if self._tasks else BUILTIN_SIZE))
+            self.task = self.source.sample(self.np_random)
         self.answer, self.reward = None, 0.0
         return {"target": self.task.target, "nums": list(self.task.nums)}
 

@@ -29,7 +29,6 @@ Arguments:
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from ragen_envs import data
@@ -39,7 +38,6 @@ from ragen_envs.metamath.generator import generate
 
 HUB_NAME = "meta-math/MetaMathQA"
 FIELDS = ("query", "response")
-BUILTIN_SIZE = 1 << 31
 MAX_ANSWER_CHARS = 2000  # longer text is not an answer (it is not compared at all)
 RETRY = "Incorrect. Please think again."
 
@@ -59,6 +57,10 @@ def to_problem(record: dict, where: str = "record") -> tuple[str, str]:
     return query.strip(), gold
 
 
+def builtin_problem(rng) -> tuple[str, str]:
+    return to_problem(generate(rng))
+
+
 class MetaMathQAEnv(TextEnv):
     instructions = INSTRUCTIONS
 
@@ -68,29 +70,17 @@ class MetaMathQAEnv(TextEnv):
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
         super().__init__(max_steps=max_attempts, render_mode=render_mode)
         self.max_attempts = max_attempts
-        self.split = split
-        if isinstance(dataset, str) and dataset == "builtin":
-            self._base = data.seeded_index(split)
-            self._problems = None
-        else:
-            rows = data.records(dataset, FIELDS, HUB_NAME, split)
-            self._problems = [to_problem(r, f"{data.describe(dataset)}: record {i}") for i, r in enumerate(rows)]
+        self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_problem,
+                                  generate=builtin_problem)
         self.question = self.gold = ""
         self.wrong: list[str] = []
         self.solved = False
-
-    def problem_at(self, index: int) -> tuple[str, str]:
-        """(question, gold answer) of item ``index`` of the source (random access)."""
-        if self._problems is not None:
-            return self._problems[index]
-        return to_problem(generate(random.Random(self._base + index)))
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         if "problem" in options:
             self.question, self.gold = to_problem(options["problem"], "options['problem']")
         else:
-            size = len(self._problems) if self._problems is not None else BUILTIN_SIZE
-            self.question, self.gold = self.problem_at(data.pick(self.np_random, size))
+            self.question, self.gold = self.source.sample(self.np_random)
         self.wrong, self.solved = [], False
         return {}
 

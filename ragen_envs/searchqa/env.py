@@ -82,12 +82,9 @@ class SearchQAEnv(TextEnv):
         for name, value in (("top_k", top_k), ("max_passage_chars", max_passage_chars)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.top_k, self.max_passage_chars, self.split = top_k, max_passage_chars, split
-        if isinstance(dataset, str) and dataset == "builtin":
-            self.questions = builtin.questions(split)
-        else:
-            rows = data.records(dataset, FIELDS, HUB_NAME, split)
-            self.questions = [to_question(r, f"{data.describe(dataset)}: record {i}") for i, r in enumerate(rows)]
+        self.top_k, self.max_passage_chars = top_k, max_passage_chars
+        self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_question,
+                                  shipped=lambda: builtin.questions(split))
         self.retriever: BM25Index | HTTPRetriever = (
             HTTPRetriever(retriever_url) if retriever_url else shared_index(load_corpus(corpus)))
         self._passages = {p.id: p for p in getattr(self.retriever, "passages", ())}  # the oracle's titles
@@ -102,7 +99,7 @@ class SearchQAEnv(TextEnv):
         if "question" in options:
             self.question = to_question(options["question"], "options['question']")
         else:
-            self.question = self.questions[data.pick(self.np_random, len(self.questions))]
+            self.question = self.source.sample(self.np_random)
         self.queries, self.results, self.error, self.retrieved, self.answer = [], [], "", set(), None
         return self._search_info()
 
