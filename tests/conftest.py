@@ -12,6 +12,17 @@ from ragen_envs.registry import ENVIRONMENTS, load_class  # noqa: E402
 # The grid games themselves (presets only change their arguments): the grid suite's envs.
 GRID_IDS = [e.id for e in ENVIRONMENTS.values() if not e.kwargs and issubclass(load_class(e), GridEnv)]
 
+# DeepCoder runs code only in bubblewrap (`make test` installs it where apt-get runs as root).
+from ragen_envs.deepcoder.sandbox import bubblewrap_problem  # noqa: E402
+
+NO_SANDBOX = bubblewrap_problem()
+needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=str(NO_SANDBOX))
+
+
+def env_params(ids):
+    """Env ids as pytest params, the sandboxed env skipped (saying why) where bubblewrap cannot run."""
+    return [pytest.param(i, marks=needs_sandbox) if i == "Ragen/DeepCoder-v0" else i for i in ids]
+
 
 @pytest.fixture(params=GRID_IDS)
 def env_id(request):

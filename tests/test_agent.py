@@ -9,6 +9,7 @@ from ragen_envs.agent import (ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunn
                               load_jsonl, save_jsonl)
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.trajectory import think_span
+from conftest import env_params
 
 LEVEL = "#######\n#P_X_O#\n#_____#\n#_____#\n#######"
 
@@ -207,7 +208,7 @@ def test_env_mix_and_thread_pool(scripted):
     assert [t.env_id for t in trajs] == ["Ragen/Sokoban-v0"] * 4 + ["Ragen/FrozenLake-v0"] * 2
 
 
-@pytest.mark.parametrize("env_id", sorted(ENVIRONMENTS))
+@pytest.mark.parametrize("env_id", env_params(sorted(ENVIRONMENTS)))
 def test_full_rollout_with_a_tiny_model_on_every_env(env_id, tiny_policy, tmp_path):
     config = RolloutConfig(n_groups=2, group_size=2, chat=ChatEnvConfig(max_turns=2),
                            sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=0))

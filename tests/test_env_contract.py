@@ -17,9 +17,10 @@ from gymnasium.utils.env_checker import check_env
 from ragen_envs.agent import ChatEnv, ChatEnvConfig
 from ragen_envs.base import INFO_KEYS
 from ragen_envs.registry import ENVIRONMENTS
+from conftest import env_params
 from toy_envs import GUESS_ID
 
-CONTRACT_IDS = [*ENVIRONMENTS, GUESS_ID]
+CONTRACT_IDS = env_params([*ENVIRONMENTS, GUESS_ID])
 
 # Never a valid action in any env: they must change nothing.
 INVALID_ACTIONS = ["", " ", "\n", "\x00", "\x00Up", None, 3, 1.5, b"Up", ["Up"]]

@@ -46,7 +46,8 @@ def test_the_agent_never_imports_the_trainers(path):
 def test_import_and_make_load_no_torch():
     script = ("import json, sys, gymnasium as gym, ragen_envs\n"
               "for env_id in ragen_envs.ENVIRONMENTS:\n"
-              "    env = gym.make(env_id); env.reset(seed=0); env.step('x')\n"
+              "    kwargs = {'sandbox': 'rlimit'} if env_id == 'Ragen/DeepCoder-v0' else {}\n"
+              "    env = gym.make(env_id, **kwargs); env.reset(seed=0); env.step('x')\n"
               "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
               "('torch', 'transformers', 'trainers') or m.startswith('ragen_envs.agent'))))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,

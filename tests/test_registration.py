@@ -9,9 +9,10 @@ from ragen_envs import ENVIRONMENTS, EnvEntry, MissingExtraError
 from ragen_envs.frozenlake import FrozenLakeEnv
 from ragen_envs.registry import markdown_table, register
 from ragen_envs.sokoban import SokobanEnv
+from conftest import env_params
 
 
-@pytest.mark.parametrize("env_id", list(ENVIRONMENTS))
+@pytest.mark.parametrize("env_id", env_params(list(ENVIRONMENTS)))
 def test_every_catalogue_entry_is_registered(env_id):
     entry = ENVIRONMENTS[env_id]
     env = gym.make(env_id)

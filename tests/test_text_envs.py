@@ -6,15 +6,16 @@ import pytest
 from ragen_envs import TextEnv
 from ragen_envs.agent import ChatEnv, ChatEnvConfig
 from ragen_envs.registry import ENVIRONMENTS, load_class
+from conftest import env_params
 
 TEXT_IDS = [e.id for e in ENVIRONMENTS.values() if issubclass(load_class(e), TextEnv)]
 
 
 def test_the_catalogue_holds_the_text_tasks():
-    assert {"Ragen/MetaMathQA-v0", "Ragen/Countdown-v0", "Ragen/SearchQA-v0"} <= set(TEXT_IDS)
+    assert {"Ragen/MetaMathQA-v0", "Ragen/Countdown-v0", "Ragen/SearchQA-v0", "Ragen/DeepCoder-v0"} <= set(TEXT_IDS)
 
 
-@pytest.mark.parametrize("env_id", TEXT_IDS)
+@pytest.mark.parametrize("env_id", env_params(TEXT_IDS))
 def test_an_oracle_agent_succeeds_through_chatenv(env_id):
     chat = ChatEnv(env_id, ChatEnvConfig(max_turns=5))
     oracle = chat.env.get_wrapper_attr("oracle_action")

