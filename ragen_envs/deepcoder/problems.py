@@ -164,6 +164,7 @@ def _ints(rng, n, low, high):
 
 def _g_sum_mod(rng):
     m = rng.choice([7, 10, 97, 1000])
+
     def case():
         xs = _ints(rng, rng.randint(1, 8), -50, 200)
         return f"{len(xs)}\n{' '.join(map(str, xs))}\n", f"{sum(xs) % m}\n"
@@ -173,6 +174,7 @@ def _g_sum_mod(rng):
 
 def _g_kth_smallest(rng):
     k = rng.randint(1, 3)
+
     def case():
         xs = _ints(rng, rng.randint(k, 9), 0, 99)
         return f"{' '.join(map(str, xs))}\n", f"{sorted(xs)[k - 1]}\n"
@@ -182,6 +184,7 @@ def _g_kth_smallest(rng):
 
 def _g_vowels(rng):
     letters = rng.choice(["aeiou", "aeiouy"])
+
     def case():
         word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 15)))
         return f"{word}\n", f"{sum(c in letters for c in word)}\n"
@@ -192,6 +195,7 @@ def _g_vowels(rng):
 def _g_reverse_words(rng):
     sep = rng.choice([" ", ","])
     words = ["red", "blue", "fox", "tree", "sun", "rain", "stone", "river"]
+
     def case():
         ws = rng.sample(words, rng.randint(1, 6))
         return f"{sep.join(ws)}\n", f"{sep.join(reversed(ws))}\n"
@@ -201,6 +205,7 @@ def _g_reverse_words(rng):
 
 def _g_fibonacci(rng):
     a, b = rng.randint(0, 3), rng.randint(1, 3)
+
     def case():
         n = rng.randint(0, 30)
         x, y = a, b
@@ -213,6 +218,7 @@ def _g_fibonacci(rng):
 
 def _g_gcd_lcm(rng):
     want = rng.choice(["gcd", "lcm"])
+
     def case():
         x, y = rng.randint(1, 500), rng.randint(1, 500)
         return f"{x} {y}\n", f"{math.gcd(x, y) if want == 'gcd' else x * y // math.gcd(x, y)}\n"
@@ -223,15 +229,18 @@ def _g_gcd_lcm(rng):
 
 def _g_palindrome(rng):
     yes, no = rng.choice([("YES", "NO"), ("Yes", "No"), ("1", "0")])
+
     def case():
         half = "".join(rng.choice("abc") for _ in range(rng.randint(1, 5)))
-        word = half + half[::-1] if rng.random() < 0.5 else half + rng.choice("abc") + half[::-1][::-1]
+        # half a palindrome, mirrored; or the half, a letter and the half again (rarely a palindrome)
+        word = half + half[::-1] if rng.random() < 0.5 else half + rng.choice("abc") + half
         return f"{word}\n", f"{yes if word == word[::-1] else no}\n"
     return (f"Read a word. Print {yes} if it reads the same backwards, else {no}.",
             f"w = input().strip()\nprint({yes!r} if w == w[::-1] else {no!r})\n", case)
 
 
 def _g_primes(rng):
+
     def case():
         n = rng.randint(1, 300)
         count = sum(all(k % d for d in range(2, int(k ** 0.5) + 1)) for k in range(2, n + 1))
@@ -243,6 +252,7 @@ def _g_primes(rng):
 
 def _g_digit_sum(rng):
     base = rng.choice([10, 2, 8])
+
     def case():
         n = rng.randint(0, 10 ** 6)
         s, x = 0, n
@@ -254,6 +264,7 @@ def _g_digit_sum(rng):
 
 
 def _g_running_max(rng):
+
     def case():
         xs = _ints(rng, rng.randint(1, 8), -20, 20)
         out, best = [], None
@@ -269,6 +280,7 @@ def _g_running_max(rng):
 
 def _g_mean(rng):
     digits = rng.choice([1, 2, 3])
+
     def case():
         xs = _ints(rng, rng.randint(1, 7), 0, 100)
         return f"{' '.join(map(str, xs))}\n", f"{sum(xs) / len(xs):.{digits}f}\n"
@@ -277,6 +289,7 @@ def _g_mean(rng):
 
 
 def _g_count_distinct(rng):
+
     def case():
         xs = _ints(rng, rng.randint(1, 10), 1, 6)
         return f"{len(xs)}\n{' '.join(map(str, xs))}\n", f"{len(set(xs))}\n"

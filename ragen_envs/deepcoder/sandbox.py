@@ -121,7 +121,8 @@ class Bubblewrap(Sandbox):
         super().__init__(limits)
         self.bwrap = bwrap or shutil.which("bwrap")
         if self.bwrap is None:
-            raise SandboxUnavailable(f"the code sandbox needs bubblewrap (bwrap), which is not installed: {INSTALL_HINT}")
+            raise SandboxUnavailable(
+                f"the code sandbox needs bubblewrap (bwrap), which is not installed: {INSTALL_HINT}")
 
     def _command(self, host_dir: Path):
         prefix = Path(sys.base_prefix)

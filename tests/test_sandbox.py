@@ -1,0 +1,135 @@
+"""The code sandbox: hostile programs are contained, reported as failed tests, and the host process
+and later runs keep working. Only loopback addresses are used."""
+
+import os
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import needs_sandbox
+from ragen_envs.deepcoder import sandbox as sb
+from ragen_envs.deepcoder.sandbox import Bubblewrap, Limits, RlimitOnly, SandboxUnavailable, make_sandbox
+
+FAST = Limits(cpu_seconds=1, wall_seconds=2.0, memory_mb=256)
+STDIO = {"kind": "stdio", "stdin": ""}
+
+
+@pytest.fixture(params=["bubblewrap", "rlimit"])
+def box(request):
+    if request.param == "bubblewrap":
+        if sb.bubblewrap_problem():
+            pytest.skip(sb.bubblewrap_problem())
+        return Bubblewrap(FAST)
+    with pytest.warns(UserWarning, match="weaker|network"):
+        return RlimitOnly(FAST)
+
+
+def test_a_program_runs_and_reports_each_kind(box):
+    program = "import sys\nprint(sum(map(int, sys.stdin.read().split())))\ndef f(a, b):\n    return [a + b, (a,)]\n"
+    runs = box.run(program, [{"kind": "stdio", "stdin": "1 2 3"}, {"kind": "call", "fn_name": "f", "args": [1, 2]},
+                             {"kind": "assert", "prelude": "x = 3\n", "code": "assert f(1, 2)[0] == x"},
+                             {"kind": "assert", "prelude": "", "code": "assert f(1, 2)[0] == 4"},
+                             {"kind": "call", "fn_name": "g", "args": []}])
+    assert [r.status for r in runs] == ["ok", "ok", "ok", "error", "error"]
+    assert runs[0].stdout == "6\n" and runs[1].value == [3, [1]]
+    assert runs[3].error.startswith("AssertionError") and "no function 'g'" in runs[4].error
+
+
+def test_a_solution_class_method_is_called(box):
+    runs = box.run("class Solution:\n    def twice(self, x):\n        return 2 * x\n",
+                   [{"kind": "call", "fn_name": "twice", "args": [21]}])
+    assert runs[0].value == 42
+
+
+ATTACKS = {
+    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    "memory bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(10 ** 7))",
+    "infinite loop": "while True:\n    pass",
+    "stdout flood": "while True:\n    print('x' * 100000)",
+    "exit": "import os\nos._exit(0)",
+    "recursion": "def f():\n    return f()\nf()",
+}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attacks_fail_their_test_and_the_next_run_works(box, attack):
+    start = time.monotonic()
+    runs = box.run(ATTACKS[attack], [STDIO])
+    assert runs[0].status in ("error", "timeout", "killed"), runs[0]
+    assert len(runs[0].stdout) <= FAST.output_chars
+    assert time.monotonic() - start < 15
+    after = box.run("print(6 * 7)", [STDIO, STDIO])
+    assert [(r.status, r.stdout) for r in after] == [("ok", "42\n")] * 2
+
+
+@needs_sandbox
+def test_nothing_outside_the_sandbox_is_written_or_read(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    home_file = os.path.expanduser("~/.ragen-sandbox-secret")
+    with open(home_file, "w") as f:
+        f.write("TOPSECRET")
+    try:
+        program = (f"import os\nfor p in ('/usr/evil', '/etc/evil', '{tmp_path}/evil', '/sandbox/evil'):\n"
+                   "    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n    except OSError:\n        pass\n"
+                   f"for p in ('/etc/shadow', '{secret}', '{home_file}', '/etc/passwd'):\n"
+                   "    try:\n        print('READ', p, open(p).read()[:9])\n    except OSError:\n        pass\n"
+                   "print(sorted(os.listdir('/')))")
+        runs = Bubblewrap(FAST).run(program, [STDIO])
+    finally:
+        os.remove(home_file)
+    assert runs[0].status == "ok" and "WROTE" not in runs[0].stdout and "READ" not in runs[0].stdout
+    assert not (tmp_path / "evil").exists() and "etc" not in runs[0].stdout and "root" not in runs[0].stdout
+
+
+@needs_sandbox
+def test_no_network_even_to_a_loopback_listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    hits = []
+    threading.Thread(target=lambda: hits.append(server.accept()), daemon=True).start()
+    port = server.getsockname()[1]
+    program = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+               "    print('CONNECTED')\nexcept OSError as error:\n    print('refused')")
+    try:
+        runs = Bubblewrap(FAST).run(program, [STDIO])
+    finally:
+        server.close()
+    assert runs[0].stdout == "refused\n" and not hits
+
+
+@needs_sandbox
+def test_a_test_cannot_kill_the_runner_or_the_host():
+    program = ("import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n"
+               "        os.kill(pid, signal.SIGKILL)\n        print('KILLED', pid)\n    except OSError:\n        pass")
+    runs = Bubblewrap(FAST).run(program, [STDIO, {"kind": "stdio", "stdin": "x"}])
+    # kill(-1) may "succeed" on what the test itself started; its parent and the namespace's init live on.
+    assert [r.status for r in runs] == ["ok", "ok"] and "KILLED 1\n" not in runs[0].stdout
+    assert not any(line.startswith("KILLED") and line.split()[1] not in ("-1",) for line in runs[0].stdout.splitlines())
+
+
+def test_resource_limits_are_reported(box):
+    runs = box.run("import resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20, "
+                   "resource.getrlimit(resource.RLIMIT_NPROC)[0])", [STDIO])
+    assert runs[0].stdout.split() == [str(FAST.memory_mb), str(FAST.processes)]
+
+
+def test_without_bubblewrap_the_env_refuses_unless_the_user_opts_out(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*sandbox='rlimit'"):
+        make_sandbox()
+    import gymnasium as gym
+
+    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+        gym.make("Ragen/DeepCoder-v0")
+    with pytest.warns(UserWarning, match="weaker|network"):
+        env = gym.make("Ragen/DeepCoder-v0", sandbox="rlimit")
+    assert env.unwrapped.sandbox.name == "rlimit"
+    with pytest.raises(ValueError, match="sandbox must be"):
+        make_sandbox("docker")
+    with pytest.raises(ValueError, match="must be > 0"):
+        Limits(cpu_seconds=0)
