@@ -66,19 +66,20 @@ def oracle_actions(env_id: str, episodes: int = 5) -> list[str]:
 
 
 def retrieval(quick: bool) -> None:
+    from ragen_envs.bm25 import BM25Index
     from ragen_envs.searchqa import corpus
-    from ragen_envs.searchqa.retrieval import BM25Index, shared_index
+    from ragen_envs.searchqa.retrieval import PassageIndex
 
     print("\n== SearchQA retrieval (BM25, bm25s) ==")
     passages, questions = corpus.build()
     start = time.perf_counter()
-    BM25Index(passages)
+    BM25Index([f"{p.title}. {p.text}" for p in passages])
     build_ms = (time.perf_counter() - start) * 1e3
     env = gym.make("Ragen/SearchQA-v0")
     reset_ms = timings(lambda i: env.reset(seed=i), 200)[0]
     print(f"{len(passages)} passages: index built in {build_ms:.0f} ms; a reset with the shared index takes "
           f"{reset_ms * 1e3:.0f} us ({build_ms / reset_ms:.0f}x less than an index per env)")
-    index = shared_index(passages)
+    index = PassageIndex(passages)
     chosen = questions[::4] if quick else questions
     latency = timings(lambda i: index.search(chosen[i].question, 3), len(chosen))
     print(f"query latency over {len(chosen)} questions: mean {latency[0]:.2f} ms, p99 {latency[1]:.2f} ms")

@@ -10,7 +10,7 @@ import pytest
 
 import ragen_envs  # noqa: F401
 from ragen_envs.searchqa import corpus
-from ragen_envs.searchqa.retrieval import shared_index
+from ragen_envs.searchqa.retrieval import PassageIndex
 from ragen_envs.searchqa.scoring import f1, normalise, reward
 
 ESTONIA = {"question": "What is the capital of Estonia?", "answer": "Tallinn", "supporting": ["country:estonia"]}
@@ -76,7 +76,7 @@ def test_builtin_questions_and_corpus():
 
 
 def test_bm25_recall_at_3_on_single_hop_questions():
-    index = shared_index(corpus.build()[0])
+    index = PassageIndex(corpus.build()[0])
     single = [q for q in corpus.build()[1] if q.kind == "single"]
     hits = sum(any(h.passage.id in q.supporting for h in index.search(q.question, 3)) for q in single)
     recall = hits / len(single)
@@ -86,7 +86,7 @@ def test_bm25_recall_at_3_on_single_hop_questions():
 
 def test_the_index_is_built_once_per_process():
     a, b = gym.make("Ragen/SearchQA-v0"), gym.make("Ragen/SearchQA-v0", split="test")
-    assert a.unwrapped.retriever is b.unwrapped.retriever
+    assert a.unwrapped.retriever._index is b.unwrapped.retriever._index
 
 
 def test_a_corpus_and_questions_of_ones_own():

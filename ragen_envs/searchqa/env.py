@@ -40,7 +40,7 @@ from ragen_envs import data
 from ragen_envs.base import TextEnv, open_text
 from ragen_envs.searchqa import corpus as builtin
 from ragen_envs.searchqa.corpus import Passage, Question
-from ragen_envs.searchqa.retrieval import BM25Index, HTTPRetriever, RetrievalError, shared_index
+from ragen_envs.searchqa.retrieval import HTTPRetriever, PassageIndex, RetrievalError
 from ragen_envs.searchqa.scoring import exact_match, reward
 
 HUB_NAME = "hotpotqa/hotpot_qa:fullwiki"
@@ -85,8 +85,8 @@ class SearchQAEnv(TextEnv):
         self.top_k, self.max_passage_chars = top_k, max_passage_chars
         self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_question,
                                   shipped=lambda: builtin.questions(split))
-        self.retriever: BM25Index | HTTPRetriever = (
-            HTTPRetriever(retriever_url) if retriever_url else shared_index(load_corpus(corpus)))
+        self.retriever: PassageIndex | HTTPRetriever = (
+            HTTPRetriever(retriever_url) if retriever_url else PassageIndex(load_corpus(corpus)))
         self._passages = {p.id: p for p in getattr(self.retriever, "passages", ())}  # the oracle's titles
         self.question: Question | None = None
         self.queries: list[str] = []

@@ -1,5 +1,5 @@
-"""Search backends of SearchQA: a BM25 index (``bm25s``) over a local corpus, built once per process
-per corpus and shared by every env, and a client of a Search-R1-compatible HTTP retriever."""
+"""Search backends of SearchQA: BM25 over a local corpus (``ragen_envs.bm25``, one index per corpus and
+process) and a client of a Search-R1-compatible HTTP retriever."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Sequence
 
+from ragen_envs.bm25 import shared_index
 from ragen_envs.searchqa.corpus import Passage
 
 
@@ -22,38 +23,16 @@ TITLE_WEIGHT = 3  # the title counts three times: a field boost, so "Argentina" 
 # passage before the short passages of its provinces (recall@3 of single-hop questions: 0.77 -> 1.0)
 
 
-class BM25Index:
-    """BM25 over ``passages`` (title and text), English stopwords removed."""
+class PassageIndex:
+    """BM25 over passages (title and text); the index is shared per corpus and process."""
 
-    def __init__(self, passages: Sequence[Passage]):
-        import bm25s
-        from bm25s.tokenization import Tokenizer
-
-        self.passages = list(passages)
-        self._tokenizer = Tokenizer(stopwords="en")
-        ids = self._tokenizer.tokenize([f"{p.title}. " * TITLE_WEIGHT + p.text for p in self.passages],
-                                       return_as="ids", show_progress=False)
-        self._bm25 = bm25s.BM25()
-        self._bm25.index(ids, show_progress=False)
+    def __init__(self, passages: tuple[Passage, ...]):
+        self.passages = passages
+        self._index = shared_index(("passages", len(passages), hash(passages)),
+                                   lambda: [f"{p.title}. " * TITLE_WEIGHT + p.text for p in passages])
 
     def search(self, query: str, k: int) -> list[Hit]:
-        ids = self._tokenizer.tokenize([query], return_as="ids", update_vocab=False, show_progress=False)
-        if not ids[0] or all(i == 0 for i in ids[0]):  # nothing but unknown words
-            return []
-        k = min(k, len(self.passages))
-        docs, scores = self._bm25.retrieve(ids, k=k, show_progress=False)
-        return [Hit(self.passages[int(d)], float(s)) for d, s in zip(docs[0], scores[0]) if s > 0]
-
-
-_INDEXES: dict[tuple, BM25Index] = {}
-
-
-def shared_index(passages: tuple[Passage, ...]) -> BM25Index:
-    """One index per corpus and process (keyed by the passages' ids and texts)."""
-    key = (len(passages), hash(passages))
-    if key not in _INDEXES:
-        _INDEXES[key] = BM25Index(passages)
-    return _INDEXES[key]
+        return [Hit(self.passages[i], score) for i, score in self._index.search(query, k)]
 
 
 class HTTPRetriever:
