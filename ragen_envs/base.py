@@ -23,7 +23,8 @@ remote client, which exposes the same names):
   returns the same observation, reward 0 and ``terminated=True``.
 
 Subclasses implement ``_new_episode``, ``parse_action``, ``_apply``, ``_observation`` and
-``_is_success``. ``GridEnv`` (``grid.py``) adds boards, images and rendering for grid games;
+``_is_success``, and may add ``info`` keys of their own with ``_extra_info``. ``GridEnv``
+(``grid.py``) adds boards, images and rendering for grid games;
 ``TextEnv`` below gives text-only tasks a text observation space and ``ansi`` rendering.
 """
 
@@ -90,6 +91,10 @@ class LLMEnv(gym.Env):
         """The reference policy's next action from the current state, or None."""
         raise NotImplementedError
 
+    def _extra_info(self) -> dict[str, Any]:
+        """Env-specific ``info`` keys of the current state, added at reset and after every step."""
+        return {}
+
     # -- the shared reset and step ---------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -129,7 +134,7 @@ class LLMEnv(gym.Env):
 
     def _info(self, valid: bool, effective: bool, **extra) -> dict[str, Any]:
         return {"action_is_valid": valid, "action_is_effective": effective,
-                "success": self._is_success(), **extra}
+                "success": self._is_success(), **self._extra_info(), **extra}
 
     def parse_choice(self, action: str) -> str | None:
         """Case-insensitive match of ``action`` against ``valid_actions``: the canonical name or None."""

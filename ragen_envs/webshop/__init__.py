@@ -1,0 +1,3 @@
+from ragen_envs.webshop.env import WebShopEnv
+
+__all__ = ["WebShopEnv"]

@@ -1,0 +1,151 @@
+"""WebShop: pages and actions, WebShop's reward on hand-built cases, the generated catalogue, and the
+real data's folder format."""
+
+import json
+
+import gymnasium as gym
+import pytest
+
+import ragen_envs  # noqa: F401
+from ragen_envs.webshop import catalog
+from ragen_envs.webshop.catalog import Goal, Product
+from ragen_envs.webshop.reward import reward, token_set_ratio
+
+SHOE = Product("B0SHOE0001", "Clothing › Shoes › Running Shoes", "running shoes",
+               "Northpeak Non Slip Lightweight Running Shoes for men", 49.99, ("non slip", "lightweight", "breathable"),
+               {"color": ["black", "white"], "size": ["8", "9"]}, "Made to last. It is water resistant.",
+               ("Arch support: tested",))
+MUG = Product("B0MUG00001", "Home › Kitchen › Coffee Mug", "coffee mug", "Bluefern Coffee Mug", 9.99,
+              ("dishwasher safe",), {"color": ["red"]}, "", ())
+GOAL = Goal("Find me non slip, breathable running shoes with color: black and size: 9, and price lower than 60 dollars",
+            "B0SHOE0001", "running shoes", SHOE.category, ("non slip", "breathable"), ("black", "9"), 60.0,
+            "non slip breathable running shoes")
+
+
+@pytest.mark.parametrize("chosen, product, expected", [
+    (["black", "9"], SHOE, 1.0),                      # everything
+    (["white", "9"], SHOE, 4 / 5),                    # one option wrong
+    ([], SHOE, 3 / 5),                                # no option chosen
+    (["black", "9"], MUG, 0.0),                       # another kind of product: r_type 0
+])
+def test_webshops_reward_formula(chosen, product, expected):
+    assert reward(product, chosen, GOAL)["reward"] == pytest.approx(expected)
+
+
+def test_reward_parts_price_and_fuzzy_attributes():
+    pricey = Product(**{**SHOE.__dict__, "price": 79.99})
+    parts = reward(pricey, ["black", "9"], GOAL)
+    assert parts["price_ok"] is False and parts["reward"] == pytest.approx(4 / 5)
+    goal = Goal(**{**GOAL.__dict__, "attributes": ("water resistant", "arch support", "slip non")})
+    assert reward(SHOE, ["black", "9"], goal)["attributes_matched"] == 3  # description, features, word order
+    assert token_set_ratio("non slip", "slip non") == 100 and token_set_ratio("red", "blue") < 85
+    other_shoes = Product(**{**SHOE.__dict__, "title": "Velora Sneakers", "type": "sneakers",
+                             "category": "Clothing › Shoes › Sneakers"})
+    assert reward(other_shoes, ["black", "9"], GOAL)["r_type"] == 0.0  # no word of "running shoes" in its title
+
+
+def shop(**kwargs):
+    env = gym.make("Ragen/WebShop-v0", **kwargs)
+    env.reset(seed=0, options={"goal": GOAL})
+    return env
+
+
+def test_pages_and_their_actions():
+    env = shop()
+    obs, _, _, _, info = env.step("search[non slip breathable running shoes]")
+    assert info["action_is_valid"] and "Page 1 (Total results: 50)" in obs and "[Next >]" in obs
+    assert info["available_actions"][:2] == ["click[Back to Search]", "click[Next >]"]
+    assert len([a for a in info["available_actions"] if a.startswith("click[B0")]) == 10
+    obs, _, _, _, info = env.step("click[next >]")  # case-insensitive
+    assert "Page 2" in obs and "click[< Prev]" in info["available_actions"]
+    product = next(a for a in info["available_actions"] if a.startswith("click[B0"))
+    obs, _, _, _, info = env.step(product)
+    assert "[Buy Now]" in obs and "Price: $" in obs and "click[Description]" in info["available_actions"]
+    obs = env.step("click[Features]")[0]
+    assert obs.count("[SEP]") >= 3 and "[< Prev]" in obs
+    assert "[Buy Now]" in env.step("click[< Prev]")[0]
+    assert "Page 2" in env.step("click[< Prev]")[0]
+    assert env.step("click[Back to Search]")[0].endswith("[Search]")
+
+
+@pytest.mark.parametrize("action", ["click[Buy Now]", "search[]", "click[B0NOSUCH00]", "buy", "click[Next >",
+                                    "search[x" * 300, "click[\x00]"])
+def test_unavailable_actions_change_nothing(action):
+    env = shop()
+    before = env.step("search[running shoes]")[0]
+    obs, reward_, terminated, _, info = env.step(action)
+    assert (obs, reward_, terminated, info["action_is_valid"]) == (before, 0.0, False, False)
+
+
+def test_search_only_on_the_search_page_and_buying_ends_the_episode():
+    env = gym.make("Ragen/WebShop-v0")
+    env.reset(seed=4)
+    goal = env.unwrapped.goal
+    env.step("search[running shoes]")
+    assert env.step("search[mugs]")[4]["action_is_valid"] is False
+    env.step("click[Back to Search]")
+    env.step(f"search[{goal.query}]")
+    while f"click[{goal.target}]" not in env.unwrapped.available_actions():
+        assert env.step("click[Next >]")[4]["action_is_valid"]
+    env.step(f"click[{goal.target}]")
+    env.step(f"click[{goal.options[0]}]")  # the first wanted option only
+    obs, r, terminated, _, info = env.step("click[Buy Now]")
+    wanted = len(goal.attributes) + len(goal.options) + 1
+    assert terminated and info["options_matched"] == 1 and r == pytest.approx((wanted - len(goal.options) + 1) / wanted)
+    assert env.step("click[Back to Search]")[1:3] == (0.0, True)  # absorbing
+
+
+def test_the_oracle_buys_the_right_product_and_truncation_at_max_steps():
+    env = gym.make("Ragen/WebShop-v0")
+    for seed in range(30):
+        env.reset(seed=seed)
+        while True:
+            obs, r, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+            if terminated or truncated:
+                break
+        assert terminated and r == 1.0 and info["success"] and info["bought"] == env.unwrapped.goal.target
+    short = gym.make("Ragen/WebShop-v0", max_steps=2)
+    short.reset(seed=0)
+    assert short.step("search[x]")[3] is False and short.step("click[Back to Search]")[3] is True
+
+
+def test_the_generated_catalogue_and_goals():
+    products = catalog.builtin_products()
+    assert len(products) >= 1000 and len({p.id for p in products}) == len(products)
+    assert len({p.category.split(" › ")[0] for p in products}) >= 5 and len({p.type for p in products}) >= 25
+    assert all(p.options and p.attributes and p.price > 0 for p in products)
+    import random
+
+    goals = [catalog.builtin_goal(random.Random(i)) for i in range(200)]
+    assert goals[:20] == [catalog.builtin_goal(random.Random(i)) for i in range(20)]
+    by_id = {p.id: p for p in products}
+    for g in goals:
+        assert g.instruction.startswith("Find me ") and f"price lower than {g.price_upper:.0f} dollars" in g.instruction
+        assert by_id[g.target].price <= g.price_upper and set(g.attributes) <= set(by_id[g.target].attributes)
+    env = gym.make("Ragen/WebShop-v0")
+    first = env.reset(seed=3)[0]
+    assert env.reset(seed=3)[0] == first and gym.make("Ragen/WebShop-v0", split="test").reset(seed=3)[0] != first
+
+
+def test_the_real_webshop_data_from_a_folder(tmp_path):
+    items = [{"asin": "B0REAL0001", "name": "Acme Trail Running Shoe", "query": "running shoes",
+              "product_category": "Clothing › Shoes › Running", "pricing": "$45.00",
+              "customization_options": {"color": [{"value": "black", "image": None}]},
+              "Attributes": ["Non Slip"], "BulletPoints": ["grippy"], "full_description": "A shoe."},
+             {"asin": "B0REAL0002", "name": "Acme Mug", "query": "mug", "product_category": "Home › Kitchen",
+              "pricing": "$5.00", "customization_options": {}, "Attributes": [], "BulletPoints": [],
+              "full_description": ""}]
+    (tmp_path / "items_shuffle.json").write_text(json.dumps(items))
+    (tmp_path / "items_human_ins.json").write_text(json.dumps({"B0REAL0001": [
+        {"instruction": "i want non slip running shoes in black", "instruction_attributes": ["non slip"],
+         "instruction_options": ["black"]}]}))
+    env = gym.make("Ragen/WebShop-v0", dataset=str(tmp_path))
+    obs = env.reset(seed=0)[0]
+    assert "i want non slip running shoes in black, and price lower than 70 dollars" in obs
+    while True:
+        obs, r, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+        if terminated or truncated:
+            break
+    assert r == 1.0
+    with pytest.raises(ValueError, match="items_shuffle.json"):
+        gym.make("Ragen/WebShop-v0", dataset=str(tmp_path / "nowhere"))
