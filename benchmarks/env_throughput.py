@@ -9,7 +9,11 @@ Prints, in one run:
 3. the reset's tail at 10x10 with 3 boxes: mean / p99 / max over 1,000 seeds, and how many levels
    ran past the solver's node budget (``solver_nodes``) and report no optimal length;
 4. SearchQA's retrieval: BM25 index build time against a reset with the shared index (what sharing
-   saves per env), query latency (mean / p99) and recall@3 of the supporting passage by question kind.
+   saves per env), query latency (mean / p99) and recall@3 of the supporting passage by question kind;
+5. WebShop's product search latency;
+6. DeepCoder's sandbox on every built-in reference solution (HumanEval's canonical solutions and the
+   generated problems' references): the share that pass (must be 100%), and the cost per submission
+   and per test, bubblewrap next to the rlimit-only runner in a plain subprocess.
 
     python benchmarks/env_throughput.py [--quick]
 """
@@ -87,6 +91,54 @@ def retrieval(quick: bool) -> None:
         asked = [q for q in chosen if q.kind == kind]
         hits = sum(any(h.passage.id in q.supporting for h in index.search(q.question, 3)) for q in asked)
         print(f"recall@3 of a supporting passage, {kind:10s}: {hits / len(asked):.3f} ({len(asked)} questions)")
+
+
+def shop_search(quick: bool) -> None:
+    env = gym.make("Ragen/WebShop-v0").unwrapped
+    env.reset(seed=0)
+    goals = [env.source[i] for i in range(100 if quick else 500)]
+    latency = timings(lambda i: env._index.search(goals[i].query, env.max_results), len(goals))
+    print(f"\n== WebShop product search ({len(env.products)} products, BM25) ==\n"
+          f"query latency over {len(goals)} goals: mean {latency[0]:.2f} ms, p99 {latency[1]:.2f} ms")
+
+
+def sandbox_cost(quick: bool) -> None:
+    from ragen_envs.deepcoder import problems
+    from ragen_envs.deepcoder.env import passed
+    from ragen_envs.deepcoder.sandbox import RlimitOnly, bubblewrap_problem, make_sandbox
+
+    print("\n== DeepCoder sandbox, reference solutions ==")
+    try:
+        chosen = problems.builtin()
+    except ValueError as error:
+        print(f"(skipped: {error})")
+        return
+    chosen = chosen[::5] if quick else chosen
+    backends = {}
+    if bubblewrap_problem() is None:
+        backends["bubblewrap"] = make_sandbox()
+    else:
+        print(f"(bubblewrap skipped: {bubblewrap_problem()})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        backends["plain subprocess (rlimit)"] = RlimitOnly()
+    costs = {}
+    for name, box in backends.items():
+        tests = good = 0
+        start = time.perf_counter()
+        for p in chosen:
+            program = problems.program_of(p.solution, p)
+            runs = box.run(program, [{k: v for k, v in t.items() if k != "expected"} for t in p.tests])
+            good += all(passed(t, r) for t, r in zip(p.tests, runs))
+            tests += len(p.tests)
+        seconds = time.perf_counter() - start
+        costs[name] = seconds / len(chosen)
+        print(f"{name:28s} {good}/{len(chosen)} reference solutions pass ({100 * good / len(chosen):.1f}%); "
+              f"{1e3 * seconds / len(chosen):.1f} ms per submission, {1e3 * seconds / tests:.2f} ms per test "
+              f"({tests} tests)")
+    if len(costs) == 2:
+        bw, plain = costs.values()
+        print(f"bubblewrap costs {bw / plain:.2f}x the plain subprocess per submission")
 
 
 def gym_sokoban_generator():
@@ -176,8 +228,10 @@ def main() -> None:
           f"{sum(over_budget)} over the solver budget ({env.solver_nodes} nodes)")
     if importlib.util.find_spec("bm25s") and importlib.util.find_spec("countryinfo"):
         retrieval(args.quick)
+        shop_search(args.quick)
     else:
-        print('\n(SearchQA retrieval skipped: pip install "ragen-envs[search]")')
+        print('\n(SearchQA and WebShop search skipped: pip install "ragen-envs[search]")')
+    sandbox_cost(args.quick)
 
 
 if __name__ == "__main__":
