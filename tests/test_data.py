@@ -109,3 +109,14 @@ def test_without_the_datasets_library_the_extra_is_named(monkeypatch):
 
 def test_seeds_of_builtin_splits_never_overlap():
     assert data.seeded_index("test") - data.seeded_index("train") > 1 << 31
+
+
+def test_deepcoder_preview_through_the_hub_source(monkeypatch):
+    calls = fake_datasets(monkeypatch, rows=[{"problem": "Print the sum of two numbers.", "tests": json.dumps(
+        [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]), "metadata": "{}"}])
+    monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)
+    with pytest.warns(UserWarning, match="weaker"):
+        env = gym.make("Ragen/DeepCoder-v0", dataset="hub", sandbox="rlimit")
+    assert calls == [(("agentica-org/DeepCoder-Preview-Dataset", "lcbv5"), "train")]
+    assert env.reset(seed=0)[0].startswith("Print the sum of two numbers.")
+    assert env.step("```python\na, b = map(int, input().split())\nprint(a + b)\n```")[1] == 1.0
