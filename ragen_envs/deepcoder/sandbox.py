@@ -160,8 +160,8 @@ class RlimitOnly(Sandbox):
 
     def __init__(self, limits: Limits = Limits()):
         super().__init__(limits)
-        warnings.warn("the rlimit-only code sandbox limits resources but not the network or the file system: "
-                      f"prefer bubblewrap ({INSTALL_HINT.split(', or')[0]})", stacklevel=3)
+        warnings.warn("the rlimit-only code sandbox is weaker: it limits resources but not the network or the "
+                      "file system; prefer bubblewrap (apt-get install bubblewrap)", stacklevel=3)
 
     def _command(self, host_dir: Path):
         work = host_dir / "work"
