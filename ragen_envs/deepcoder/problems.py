@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ragen_envs.data import hash_split
+
 TOLERANCE = 1e-6
 
 
@@ -318,15 +320,10 @@ def builtin() -> tuple[Problem, ...]:
     return humaneval() + tuple(generate(random.Random(i), i) for i in range(GENERATED_COUNT))
 
 
-def split_of(problem_id: str) -> str:
-    """"train" or "test" (about 20%), fixed by the problem's id."""
-    return "test" if hashlib.sha256(problem_id.encode()).digest()[0] < 52 else "train"
-
-
 def builtin_split(split: str) -> list[Problem]:
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test' for the built-in problems, got {split!r}")
-    return [p for p in builtin() if split_of(p.id) == split]
+    return [p for p in builtin() if hash_split(p.id) == split]
 
 
 # -- DeepCoder-Preview records ----------------------------------------------------------------------

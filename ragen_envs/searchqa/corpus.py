@@ -17,11 +17,12 @@ The list is deterministic; a question's split (train or test, 80/20) follows fro
 from __future__ import annotations
 
 import ast
-import hashlib
 import random
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+
+from ragen_envs.data import hash_split
 
 
 @dataclass(frozen=True)
@@ -180,12 +181,7 @@ def build() -> tuple[tuple[Passage, ...], tuple[Question, ...]]:
     return tuple(passages), tuple(unique.values())
 
 
-def split_of(question: str) -> str:
-    """"train" or "test" (about 20%), fixed by the question's text."""
-    return "test" if hashlib.sha256(question.encode()).digest()[0] < 52 else "train"
-
-
 def questions(split: str) -> list[Question]:
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test' for the built-in source, got {split!r}")
-    return [q for q in build()[1] if split_of(q.question) == split]
+    return [q for q in build()[1] if hash_split(q.question) == split]

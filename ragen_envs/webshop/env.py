@@ -30,7 +30,6 @@ Product search is BM25 over each product's title, type, category, attributes and
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
@@ -53,10 +52,6 @@ INSTRUCTIONS = (
 )
 
 
-def _split_of(goal: Goal) -> str:
-    return "test" if hashlib.sha256(goal.instruction.encode()).digest()[0] < 52 else "train"
-
-
 class WebShopEnv(TextEnv):
     instructions = INSTRUCTIONS
 
@@ -76,8 +71,8 @@ class WebShopEnv(TextEnv):
                 raise ValueError(f"split must be 'train' or 'test', got {split!r}")
             self.products, goals = catalog.load_webshop_folder(dataset)
             # The folder's goals, split here: shipped items of a source of their own.
-            self.source = data.Source("builtin", split, (), "", None,
-                                      shipped=lambda: [g for g in goals if _split_of(g) == split] or goals)
+            mine = [g for g in goals if data.hash_split(g.instruction) == split] or goals
+            self.source = data.Source("builtin", split, (), "", None, shipped=lambda: mine)
             key = ("webshop", str(dataset), len(self.products))
         self._by_id = {p.id.lower(): i for i, p in enumerate(self.products)}
         self._index = shared_index(key, lambda: [p.search_text() for p in self.products])
