@@ -171,7 +171,7 @@ TRAIN = ["train", "--env", "Ragen/FrozenLake-v0", "--iterations", "1", "--groups
     (["eval", "--env", "Ragen/FrozenLake-v0:abc"], "must be a positive integer"),
     (["eval", "--env", "Ragen/FrozenLake-v0", "--groups", "0"], "n_groups must be >= 1"),
     (["eval", "--env", "Ragen/FrozenLake-v0", "--temperature", "-1"], "temperature must be >= 0"),
-    (TRAIN + ["--filter-value", "2"], "filter_value must be in (0, 1]"),
+    (TRAIN + ["--filter", "top_k", "--filter-value", "2"], "filter value (rho) must be in (0, 1] for top_k"),
     (TRAIN + ["--gamma", "1.5"], "gamma must be in [0, 1]"),
     (TRAIN + ["--save-total-limit", "0"], "save_total_limit must be >= 1"),
     (TRAIN + ["--env-kwargs", '{"Ragen/Sokoban-v0": {"num_boxes": 2}}'], "Ragen/Sokoban-v0, which is not in this run"),

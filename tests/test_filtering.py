@@ -1,63 +1,78 @@
+"""The filter against RAGEN's released selection rules (rollout_filter.py), worked out by hand."""
+
 import numpy as np
 import pytest
 
-from trainers.filtering import filter_stats, reward_variance, select_groups
+from trainers.filtering import filter_stats, group_scores, per_group, reward_variance, select, select_groups
 
-# RV (sample variance) per row: 0, 1/3, 4/3, 0; total 5/3.
+# Per row: std 0, 0.57735, 1.15470, 0 (sum 1.73205); variance 0, 1/3, 4/3, 0; mean 1, 0.5, 1, 5.
 RETURNS = np.array([[1, 1, 1, 1], [0, 1, 0, 1], [0, 2, 0, 2], [5, 5, 5, 5]], dtype=float)
+S1, S2 = (1 / 3) ** 0.5, (4 / 3) ** 0.5
 
 
-def test_reward_variance_by_hand():
+def test_scores_by_hand():
     np.testing.assert_allclose(reward_variance(RETURNS), [0, 1 / 3, 4 / 3, 0])
-    np.testing.assert_allclose(reward_variance(RETURNS, "std"), [0, (1 / 3) ** 0.5, (4 / 3) ** 0.5, 0])
+    np.testing.assert_allclose(group_scores(RETURNS), [0, S1, S2, 0])  # the default: std, as the code ranks
+    np.testing.assert_allclose(group_scores(RETURNS, "mean"), [1, 0.5, 1, 5])
+    np.testing.assert_allclose(group_scores(RETURNS, "sum"), [4, 2, 4, 20])
+    np.testing.assert_allclose(per_group([1, 3, 2, 2], 2, "mean"), [2, 2])
+    np.testing.assert_allclose(per_group([1, 3, 2, 2], 2, "std"), [2 ** 0.5, 0])
 
 
-@pytest.mark.parametrize("strategy, value, include_zero, expected", [
-    ("top_p", 0.9, True, [1, 2]),  # need 1.5: 4/3 is short, 4/3 + 1/3 reaches it
-    ("top_p", 0.8, True, [2]),  # need exactly 4/3: reached within the 1e-9 rounding allowance
-    ("top_p", 1.0, True, [1, 2]),  # zero-variance groups add nothing to the mass
-    ("top_p", 0.01, True, [2]),  # always at least the top group
-    ("top_k", 0.5, True, [1, 2]),  # ceil(0.5 * 4) = 2
-    ("top_k", 0.75, True, [0, 1, 2]),  # 3 groups: a tie at 0 goes to the lower index
-    ("top_k", 0.75, False, [1, 2]),  # zero-variance groups removed before ranking
-    ("top_k", 1.0, True, [0, 1, 2, 3]),
-    ("none", 0.9, True, [0, 1, 2, 3]),
-    ("none", 0.9, False, [1, 2]),  # DAPO's dynamic sampling
+@pytest.mark.parametrize("kwargs, expected", [
+    # linear top-p: threshold = rho * 1.73205 - 0.01
+    ({"strategy": "top_p", "value": 0.9}, [1, 2]),  # 1.5489: 1.1547 is short, + 0.5774 reaches it
+    ({"strategy": "top_p", "value": 0.6}, [2]),  # 1.0292
+    ({"strategy": "top_p", "value": 0.672}, [2]),  # 1.1539 <= 1.1547 only thanks to the absolute 0.01
+    ({"strategy": "top_p", "value": 0.6725}, [1, 2]),  # 1.1548 > 1.1547
+    ({"strategy": "top_p", "value": 1.0}, [0, 1, 2, 3]),  # rho >= 1: every group, zero scores included
+    ({"strategy": "top_p", "value": 1.0, "include_zero": False}, [1, 2]),
+    ({"strategy": "top_p", "value": 0.8, "metric": "variance"}, [2]),  # 0.8 * 5/3 - 0.01 = 1.3233 <= 4/3
+    # softmax top-p: p = 0.1438, 0.2561, 0.4563, 0.1438
+    ({"strategy": "top_p", "value": 0.4, "prob_mode": "softmax"}, [2]),
+    ({"strategy": "top_p", "value": 0.5, "prob_mode": "softmax"}, [1, 2]),  # 0.4563 + 0.2561 = 0.7124
+    ({"strategy": "top_p", "value": 0.95, "prob_mode": "softmax"}, [0, 1, 2, 3]),
+    # top-k: max(min(int(rho * P), remaining), 1)
+    ({"strategy": "top_k", "value": 0.5}, [1, 2]),  # int(2.0)
+    ({"strategy": "top_k", "value": 0.74}, [1, 2]),  # int(2.96) = 2, not ceil's 3
+    ({"strategy": "top_k", "value": 0.75}, [0, 1, 2]),  # a tie at 0 goes to the lower index
+    ({"strategy": "top_k", "value": 0.2}, [2]),  # int(0.8) = 0, then at least one
+    ({"strategy": "top_k", "value": 0.75, "include_zero": False}, [1, 2]),  # min(3, 2 remaining)
+    ({"strategy": "top_k", "value": 0.5, "order": "smallest"}, [0, 3]),  # the ablation: lowest first
+    ({"strategy": "top_k", "value": 0.25, "metric": "mean"}, [3]),
+    ({"strategy": "top_k_abs", "value": 3}, [0, 1, 2]),
+    ({"strategy": "min_p", "value": 0.5}, [1, 2]),  # >= 0.5 * 1.1547
+    ({"strategy": "min_p", "value": 0.6}, [2]),
+    ({"strategy": "none"}, [0, 1, 2, 3]),
+    ({"strategy": "none", "include_zero": False}, [1, 2]),  # DAPO's dynamic sampling
 ])
-def test_select_groups_worked_examples(strategy, value, include_zero, expected):
-    kept = select_groups(RETURNS, strategy, value, include_zero=include_zero)
-    assert kept.tolist() == expected
+def test_selection_worked_examples(kwargs, expected):
+    assert select_groups(RETURNS, **kwargs).tolist() == expected
 
 
-def test_std_metric_ranks_and_sums_standard_deviations():
-    # std: 0, 0.577, 1.155, 0 (total 1.732): 60% = 1.039 needs only the top group, 70% = 1.212 both.
-    assert select_groups(RETURNS, "top_p", 0.6, metric="std").tolist() == [2]
-    assert select_groups(RETURNS, "top_p", 0.7, metric="std").tolist() == [1, 2]
-    assert select_groups(RETURNS, "top_p", 0.7, metric="variance").tolist() == [2]
+def test_top_k_of_the_papers_setting_filters():
+    scores = np.arange(1.0, 9.0)  # P = 8
+    assert select(scores, "top_k", 0.9).tolist() == list(range(1, 8))  # int(7.2) = 7 groups, not all 8
 
 
-def test_all_zero_variance():
+def test_a_batch_without_signal_is_skipped():
     flat = np.ones((4, 3))
-    assert select_groups(flat, "top_p", 0.9).tolist() == []  # skipped
-    assert select_groups(flat, "top_k", 0.5).tolist() == [0, 1]  # top_k keeps its share regardless
+    assert select_groups(flat, "top_p", 0.9).tolist() == []  # threshold -0.01 is met by no group at all
+    assert select_groups(flat, "top_p", 1.0).tolist() == [0, 1, 2, 3]
+    assert select_groups(flat, "top_k", 0.5).tolist() == [0, 1]
     assert select_groups(flat, "none", include_zero=False).tolist() == []
     stats = filter_stats(flat, select_groups(flat, "top_p", 0.9))
     assert stats["filter/skipped"] == 1.0 and stats["filter/zero_variance_groups"] == 4.0
 
 
-def _rows_with_variance(rv):
-    # G = 2: returns (0, d) have sample variance d^2 / 2.
-    return np.array([[0.0, np.sqrt(2 * v)] for v in rv])
-
-
-def test_top_p_adapts_while_top_k_does_not():
-    bimodal = _rows_with_variance([10, 10, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])  # total 20.6
-    flat = _rows_with_variance([1.0] * 8)
-    assert select_groups(bimodal, "top_p", 0.9).tolist() == [0, 1]  # 20 >= 18.54
-    assert len(select_groups(flat, "top_p", 0.9)) == 8  # ceil: 7 groups reach only 7/8
-    assert len(select_groups(bimodal, "top_k", 0.25)) == len(select_groups(flat, "top_k", 0.25)) == 2
-    assert filter_stats(bimodal, [0, 1])["filter/rv_std_over_mean"] > 1.5
-    assert filter_stats(flat, [0])["filter/rv_std_over_mean"] == 0.0
+def test_linear_top_p_with_signed_scores():
+    # Scores that can be negative (metric "mean"): the sum sets the threshold, and the walk stops at
+    # the first score <= 0. [0.5, -1, 1]: threshold 0.9 * 0.5 - 0.01 = 0.44, met by the 1 alone.
+    assert select([0.5, -1.0, 1.0], "top_p", 0.9).tolist() == [2]
+    # All negative: the threshold (-2.71) is met before any group is taken, so nothing is kept.
+    assert select([-1.0, -2.0], "top_p", 0.9).tolist() == []
+    # Zero-score groups add nothing and are never taken.
+    assert select([1.0, 0.0, 1.0], "top_p", 0.9).tolist() == [0, 2]
 
 
 def test_filter_stats_by_hand():
@@ -66,12 +81,13 @@ def test_filter_stats_by_hand():
     assert stats["filter/kept_groups"] == 2 and stats["filter/kept_ratio"] == 0.5
     assert stats["filter/zero_variance_groups"] == 2
     assert stats["filter/rv_mean"] == pytest.approx(rv.mean())
-    assert stats["filter/rv_std"] == pytest.approx(rv.std())
     assert stats["filter/rv_std_over_mean"] == pytest.approx(rv.std() / rv.mean())
     assert stats["filter/in_group_reward_std"] == pytest.approx(np.sqrt(rv).mean())
 
 
-@pytest.mark.parametrize("kwargs", [{"strategy": "top_q"}, {"value": 0}, {"value": 1.5}, {"metric": "mad"}])
+@pytest.mark.parametrize("kwargs", [{"strategy": "top_q"}, {"value": 0}, {"strategy": "top_k", "value": 1.5},
+                                    {"strategy": "top_k_abs", "value": 0.5}, {"prob_mode": "gumbel"},
+                                    {"order": "middle"}, {"metric": "mad"}])
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         select_groups(RETURNS, **{"strategy": "top_p", **kwargs})

@@ -196,3 +196,20 @@ def test_group_advantages_are_per_trajectory_across_segments(tokenizer, tmp_path
         values = adv[i][0][mask.bool()]
         assert len(values) >= 1 and torch.allclose(values, torch.tensor(value), atol=1e-5)
         assert (adv[i][0][~mask.bool()] == 0).all()
+
+
+def test_the_run_stops_after_iterations_in_a_row_that_keep_nothing(tokenizer, tmp_path, capsys):
+    # The tiny model's own replies are never valid: every group's returns are equal, nothing is kept.
+    cfg = config(tmp_path, filter="top_p", num_iterations=5, filter_empty_stop=2, max_new_tokens=6)
+    history = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer).train()
+    assert [m["filter/empty_streak"] for m in history] == [1.0, 2.0]
+    assert "stopping early" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("metric", ["entropy", "entropy_std", "length", "mean"])
+def test_the_filter_ranks_by_other_scores(metric, tokenizer, tmp_path):
+    cfg = config(tmp_path, filter="top_k", filter_value=0.34, filter_metric=metric)
+    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+                      rollout_policy=SeededReplies(tokenizer))
+    metrics = trainer.train()[0]
+    assert metrics["filter/kept_groups"] == 1  # int(0.34 * 3)

@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from ragen_envs.agent.rollout import RolloutConfig
-from trainers.filtering import METRICS, STRATEGIES
+from trainers import filtering
+from trainers.filtering import METRICS, ORDERS, PROB_MODES, STRATEGIES
 
 # The option sets live here, not beside their torch code, so the CLI builds its parser without torch.
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
@@ -62,11 +63,18 @@ class TrainerConfig:
     vf_coef: float = 0.5  # PPO value loss weight
     cliprange_value: float = 0.2  # PPO value clipping
 
-    # -- SNR-aware filtering -----------------------------------------------------------------
-    filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k
-    filter_value: float = 0.9  # rho: share of reward variance (top_p) or of groups (top_k)
-    filter_metric: Literal[METRICS] = "variance"  # variance (the paper) | std (RAGEN's released code)
-    include_zero: bool = True  # False: drop zero-variance groups before ranking
+    # -- SNR-aware filtering (trainers/filtering.py: RAGEN's released selection rules) --------
+    filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k | top_k_abs | min_p
+    # rho: share of the summed score (top_p; >= 1 keeps all), of the groups (top_k), a count (top_k_abs)
+    filter_value: float = 0.9
+    # group score: std of returns (RAGEN's code) | variance (the paper's text) | mean | sum | entropy |
+    # entropy_std | length
+    filter_metric: Literal[METRICS] = "std"
+    filter_prob_mode: Literal[PROB_MODES] = "linear"  # top_p over the scores themselves, or their softmax
+    filter_order: Literal[ORDERS] = "largest"  # keep the highest scores, or the lowest (an ablation)
+    include_zero: bool = True  # False: drop zero-score groups before ranking
+    # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
+    filter_empty_stop: int = 5
 
     # -- diagnostics, logging, checkpoints ---------------------------------------------------
     mi_every: int = 1  # MI proxies every this many iterations (0: never)
@@ -87,15 +95,15 @@ class TrainerConfig:
                 raise ValueError(f"{name} must be {what}, got {getattr(self, name)!r}")
 
         check("algorithm", self.algorithm in ALGORITHMS, f"one of {ALGORITHMS}")
-        check("filter", self.filter in STRATEGIES, f"one of {STRATEGIES}")
         check("filter_metric", self.filter_metric in METRICS, f"one of {METRICS}")
-        check("filter_value", 0 < self.filter_value <= 1, "in (0, 1]")
+        filtering.check(self.filter, self.filter_value, self.filter_prob_mode, self.filter_order)
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")
         for name in ("num_iterations", "ppo_epochs", "num_minibatches", "micro_batch_size"):
             check(name, getattr(self, name) >= 1, ">= 1")
-        for name in ("mi_every", "mi_trajectory_pairs", "logging_steps", "save_steps", "save_rollouts_steps"):
+        for name in ("mi_every", "mi_trajectory_pairs", "logging_steps", "save_steps", "save_rollouts_steps",
+                     "filter_empty_stop"):
             check(name, getattr(self, name) >= 0, ">= 0")
         check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
         for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):

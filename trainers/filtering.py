@@ -1,62 +1,130 @@
-"""SNR-aware filtering: keep the prompt groups whose reward variance carries the task signal.
+"""SNR-aware filtering: keep the prompt groups whose score (by default their reward spread) carries the
+task signal. The selection rules are those of RAGEN's released code (``ragen/trainer/rollout_filter.py``,
+``_select_top_groups``), so a run here filters as the paper's runs did.
 
-For prompt group i with G rollout returns R_i1..R_iG, the reward variance is the sample variance
-RV_i = 1/(G-1) sum_g (R_ig - mean_i)^2 (``metric="std"`` ranks by its square root instead, as
-RAGEN's released code does). Groups are ranked by RV, highest first (ties: lower index first).
+Scores per prompt group i (``group_scores``), from its G returns R_i1..R_iG:
+- ``std`` (the default): the sample standard deviation of the returns. The released code names this
+  metric "reward_variance" but ranks by the standard deviation (torch's ``std``, ddof 1).
+- ``variance``: the sample variance RV_i = 1/(G-1) sum_g (R_ig - mean_i)^2, as the paper's text writes it.
+- ``mean`` / ``sum``: the mean or sum of the returns (the reference's "reward" and "reward_sum").
+The trainer can also rank by ``entropy`` / ``entropy_std`` (the group's mean, or std, of per-trajectory
+mean token entropy) and ``length`` (mean generated tokens), as the reference's other filters do.
 
-- ``top_p``: the fewest groups whose RV adds up to at least ``value`` (rho) times the total RV
-  (within a relative 1e-9 for rounding). When the total is 0 nothing is kept: the batch is skipped.
-- ``top_k``: ceil(rho * P) groups whatever the distribution.
-- ``none``: every group.
-``include_zero=False`` removes zero-variance groups before ranking (DAPO's dynamic sampling is
-``strategy="none", include_zero=False``).
+Selection (``select``), over the groups left after ``include_zero=False`` drops scores of 0 (|s| <= 1e-10):
+- ``top_p``, ``prob_mode="linear"``: rho >= 1 keeps every group (zero-score ones included: the no-filter
+  baseline). Otherwise groups are taken best first while their summed score is below
+  ``rho * total - eps`` (``eps`` = 0.01, absolute) and their own score is positive; if the sum reached the
+  threshold those groups are kept, else none (so a batch whose scores are all 0 is skipped).
+- ``top_p``, ``prob_mode="softmax"``: p = softmax(scores); the fewest groups whose p adds up to rho.
+- ``top_k``: ``max(min(int(rho * P), remaining), 1)`` groups, P counting every group of the batch.
+- ``top_k_abs``: ``max(min(int(rho), remaining), 1)`` groups.
+- ``min_p``: groups with score >= rho * the best score (``order="smallest"``: <= the lowest / rho).
+- ``none``: every remaining group (DAPO's dynamic sampling is ``none`` with ``include_zero=False``).
+``order="smallest"`` ranks the lowest scores first (the reference's ablation). Ties keep the lower index.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-STRATEGIES = ("none", "top_p", "top_k")
-METRICS = ("variance", "std")
+STRATEGIES = ("none", "top_p", "top_k", "top_k_abs", "min_p")
+PROB_MODES = ("linear", "softmax")
+ORDERS = ("largest", "smallest")
+REWARD_METRICS = ("std", "variance", "mean", "sum")
+METRICS = REWARD_METRICS + ("entropy", "entropy_std", "length")
+SELECTION_EPS = 0.01  # the reference's absolute tolerance on the linear top-p threshold
+ZERO = 1e-10  # |score| at or below this counts as zero
 # Std(RV) / Mean(RV) at or below this predicts that filtering will not help (the paper: ~0.33).
 LOW_RV_RATIO = 0.33
 
 
 def reward_variance(returns, metric: str = "variance") -> np.ndarray:
-    """Per-group RV (sample variance, or its square root for ``metric="std"``) of a P x G array."""
-    returns = np.asarray(returns, dtype=float)
-    if returns.ndim != 2 or returns.shape[1] < 2:
-        raise ValueError(f"returns must be a P x G array with G >= 2, got shape {returns.shape}")
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    """Per-group spread of a P x G array of returns: the sample variance, or its square root (``std``)."""
+    returns = _returns(returns)
     var = returns.var(axis=1, ddof=1)
     return var if metric == "variance" else np.sqrt(var)
 
 
-def select_groups(returns, strategy: str = "top_p", value: float = 0.9, metric: str = "variance",
-                  include_zero: bool = True) -> np.ndarray:
-    """Sorted indices of the kept rows of ``returns`` (P x G); empty when nothing is kept."""
+def group_scores(returns, metric: str = "std") -> np.ndarray:
+    """Per-group selection scores of a P x G array of returns (``REWARD_METRICS``)."""
+    if metric not in REWARD_METRICS:
+        raise ValueError(f"a reward metric is one of {REWARD_METRICS}, got {metric!r}")
+    returns = _returns(returns)
+    if metric in ("std", "variance"):
+        return reward_variance(returns, metric)
+    return returns.mean(axis=1) if metric == "mean" else returns.sum(axis=1)
+
+
+def per_group(values, groups: int, how: str) -> np.ndarray:
+    """A score per group from per-trajectory values laid out group by group: their mean or sample std."""
+    table = np.asarray(values, dtype=float).reshape(groups, -1)
+    return table.mean(axis=1) if how == "mean" else table.std(axis=1, ddof=1)
+
+
+def select(scores, strategy: str = "top_p", value: float = 0.9, prob_mode: str = "linear",
+           order: str = "largest", include_zero: bool = True, eps: float = SELECTION_EPS) -> np.ndarray:
+    """Sorted indices of the kept groups, from one score per group; empty when nothing is kept."""
+    check(strategy, value, prob_mode, order)
+    scores = np.asarray(scores, dtype=float)
+    indices = np.arange(len(scores))
+    if not include_zero:
+        indices = indices[np.abs(scores) > ZERO]
+    if len(indices) == 0 or strategy == "none":
+        return indices
+    s = scores[indices]
+    ranked = np.argsort(-s if order == "largest" else s, kind="stable")  # best first, ties by index
+    if strategy == "top_p":
+        if value >= 1.0:
+            return indices
+        if prob_mode == "softmax":
+            logits = s if order == "largest" else -s
+            p = np.exp(logits - logits.max())
+            p /= p.sum()
+            by_p = np.argsort(-p, kind="stable")
+            k = min(int(np.searchsorted(np.cumsum(p[by_p]), value)) + 1, len(s))
+            return np.sort(indices[by_p[:k]])
+        threshold = value * s.sum() - eps
+        total, count = 0.0, 0
+        for score in s[ranked]:
+            if total >= threshold or score <= 0:
+                break
+            total += score
+            count += 1
+        return np.sort(indices[ranked[:count]]) if total >= threshold else indices[:0]
+    if strategy in ("top_k", "top_k_abs"):
+        k = int(value * len(scores)) if strategy == "top_k" else int(value)
+        return np.sort(indices[ranked[:max(min(k, len(s)), 1)]])
+    if order == "largest":  # min_p
+        keep = s >= s.max() * value - ZERO
+    else:
+        keep = s <= s.min() / (value + ZERO) + ZERO
+    return indices[keep]
+
+
+def check(strategy: str, value: float, prob_mode: str = "linear", order: str = "largest") -> None:
+    """A ValueError for a setting the selection rules do not take."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if strategy != "none" and not 0 < value <= 1:
-        raise ValueError(f"value (rho) must be in (0, 1] for {strategy}, got {value!r}")
-    rv = reward_variance(returns, metric)
-    candidates = np.arange(len(rv)) if include_zero else np.flatnonzero(rv > 0)
-    if strategy == "none":
-        return candidates
-    order = candidates[np.argsort(-rv[candidates], kind="stable")]
-    if strategy == "top_k":
-        return np.sort(order[:math.ceil(value * len(rv))])
-    total = rv.sum()
-    if total <= 0:
-        return np.array([], dtype=int)
-    reached = np.cumsum(rv[order]) >= value * total * (1 - 1e-9)
-    return np.sort(order[:int(np.argmax(reached)) + 1])
+        raise ValueError(f"filter strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if prob_mode not in PROB_MODES:
+        raise ValueError(f"filter prob_mode must be one of {PROB_MODES}, got {prob_mode!r}")
+    if order not in ORDERS:
+        raise ValueError(f"filter order must be one of {ORDERS}, got {order!r}")
+    if not value > 0:
+        raise ValueError(f"filter value (rho) must be > 0, got {value!r}")
+    if strategy == "top_k_abs":
+        if not value >= 1:
+            raise ValueError(f"top_k_abs keeps int(value) groups: value must be >= 1, got {value!r}")
+    elif strategy in ("top_k", "min_p") and not value <= 1:
+        raise ValueError(f"filter value (rho) must be in (0, 1] for {strategy}, got {value!r}")
 
 
-def filter_stats(returns, kept, metric: str = "variance") -> dict[str, float]:
+def select_groups(returns, strategy: str = "top_p", value: float = 0.9, metric: str = "std",
+                  include_zero: bool = True, prob_mode: str = "linear", order: str = "largest") -> np.ndarray:
+    """``select`` on the ``group_scores`` of a P x G array of returns."""
+    return select(group_scores(returns, metric), strategy, value, prob_mode, order, include_zero)
+
+
+def filter_stats(returns, kept) -> dict[str, float]:
     """What to log about one filtering step."""
     returns = np.asarray(returns, dtype=float)
     rv = reward_variance(returns, "variance")
@@ -71,3 +139,10 @@ def filter_stats(returns, kept, metric: str = "variance") -> dict[str, float]:
         "filter/in_group_reward_std": float(returns.std(axis=1, ddof=1).mean()),
         "filter/skipped": float(len(kept) == 0),
     }
+
+
+def _returns(returns) -> np.ndarray:
+    returns = np.asarray(returns, dtype=float)
+    if returns.ndim != 2 or returns.shape[1] < 2:
+        raise ValueError(f"returns must be a P x G array with G >= 2, got shape {returns.shape}")
+    return returns

@@ -6,17 +6,18 @@
 One iteration, top to bottom (``Trainer.iteration``):
 1. Roll out P prompt groups x G samples with the current policy (``RolloutRunner``).
 2. Every ``mi_every`` iterations, before filtering: the MI proxies (first-turn and trajectory scope).
-3. Rank groups by reward variance and keep them by ``filter`` (``trainers.filtering``).
-4. One no-grad pass over all sequences: old log-probs, token entropy, reference log-probs (KL) and
-   values (PPO).
-5. Advantages: GAE over generated tokens (PPO) or group-relative (GRPO, DAPO, Dr. GRPO).
-6. ``ppo_epochs`` x ``num_minibatches`` optimizer steps on the kept groups only.
+   Then one no-grad pass over all sequences: old log-probs, token entropy, reference log-probs (KL)
+   and values (PPO).
+3. Score the groups (``filter_metric``: the std of their returns by default) and keep them by ``filter``
+   (``trainers.filtering``, RAGEN's selection rules); stop after ``filter_empty_stop`` empty ones in a row.
+4. Advantages: GAE over generated tokens (PPO) or group-relative (GRPO, DAPO, Dr. GRPO).
+5. ``ppo_epochs`` x ``num_minibatches`` optimizer steps on the kept groups only.
 
 Filtering and step size: every loss is an average (over tokens, sequences, or a constant per kept
 sequence for Dr. GRPO), so its gradient does not shrink when fewer groups are kept, and the number
 of optimizer steps per iteration stays ``ppo_epochs * num_minibatches``: filtering shrinks the
 effective minibatch, not the step (the paper's rho-scaled loss with a rho-shrunk minibatch amounts
-to the same). A batch where nothing is kept (total RV = 0 under top_p) is skipped and logged so.
+to the same). A batch where nothing is kept (all scores 0 under top_p) is skipped and logged so.
 
 Several processes (``torchrun --nproc_per_node N -m ragen_envs.cli train ...``) train data-parallel
 with PyTorch's DistributedDataParallel: each rank rolls out its own P groups (its own seeds), the
@@ -50,7 +51,7 @@ from trainers import checkpoint, run_folder
 from trainers.batch import Batch, collate, trajectory_samples
 from trainers.config import TrainerConfig
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, init_distributed
-from trainers.filtering import LOW_RV_RATIO, filter_stats, select_groups
+from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, group_scores, per_group, select
 from trainers.metrics import MetricsLogger, plot_run
 from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
 from trainers.scoring import TokenScorer
@@ -124,6 +125,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         self.mi_ema = MIZScoreEMA()
         self.iteration = 0
+        self.empty_filter_streak = 0  # iterations in a row in which the filter kept nothing
         self.think_ids = list(tokenizer("<think>", add_special_tokens=False)["input_ids"])
         if resume is not None:
             self._load_checkpoint(resume, resume_state)
@@ -169,13 +171,20 @@ class Trainer:
             history.append(metrics)
             for callback in self.callbacks:
                 callback.on_iteration_end(self, self.iteration, metrics)
-            if self.logger is None:
-                continue
-            self.logger.log(metrics)
-            if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
-                print(self.logger.table_row(metrics), flush=True)
-            if cfg.save_steps and self.iteration % cfg.save_steps == 0:
-                self.save_checkpoint()
+            # The streak comes from the global filter, so every rank stops at the same iteration.
+            stop = bool(cfg.filter_empty_stop) and self.empty_filter_streak >= cfg.filter_empty_stop
+            if self.logger is not None:
+                self.logger.log(metrics)
+                if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
+                    print(self.logger.table_row(metrics), flush=True)
+                if cfg.save_steps and self.iteration % cfg.save_steps == 0:
+                    self.save_checkpoint()
+                if stop:
+                    print(f"stopping early: the filter kept nothing for {self.empty_filter_streak} iterations in a "
+                          f"row (filter_empty_stop={cfg.filter_empty_stop}; RAGEN's rollout_filter_empty_stop_steps)",
+                          flush=True)
+            if stop:
+                break
         if self.rank == 0:
             if not cfg.save_steps or self.iteration % cfg.save_steps:
                 self.save_checkpoint()
@@ -196,25 +205,30 @@ class Trainer:
             metrics.update(self.mi_diagnostics(trajectories))
             metrics["time/mi_s"] = time.perf_counter() - mi_start
 
-        groups = len(self.runner.group_envs)
-        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.rollout.group_size)
-        # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
-        everywhere = all_gather_rows(returns, self.world)
-        kept_global = select_groups(everywhere, cfg.filter, cfg.filter_value, cfg.filter_metric, cfg.include_zero)
-        metrics.update(filter_stats(everywhere, kept_global))
-        kept = kept_global[(kept_global >= self.rank * groups) & (kept_global < (self.rank + 1) * groups)]
-        kept = kept - self.rank * groups
-        if cfg.filter != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
-            warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
-                          f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "
-                          "flat across prompts, so filtering is unlikely to help", stacklevel=2)
-
         update_start = time.perf_counter()
         samples = [s for i, t in enumerate(trajectories) for s in trajectory_samples(t, i)]
         batches = [collate(samples[i:i + cfg.micro_batch_size], self.tokenizer.pad_token_id)
                    for i in range(0, len(samples), cfg.micro_batch_size)]
         stats = [self._old_stats(b) for b in batches]
         metrics["policy/token_entropy"] = _masked_mean([s["entropy"] for s in stats], [b.mask for b in batches])
+
+        groups = len(self.runner.group_envs)
+        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.rollout.group_size)
+        # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
+        scores = all_gather_rows(self._group_scores(returns, trajectories, samples, batches, stats)[:, None],
+                                 self.world)[:, 0]
+        kept_global = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order,
+                             cfg.include_zero)
+        everywhere = all_gather_rows(returns, self.world)
+        metrics.update(filter_stats(everywhere, kept_global))
+        self.empty_filter_streak = 0 if len(kept_global) else self.empty_filter_streak + 1
+        metrics["filter/empty_streak"] = float(self.empty_filter_streak)
+        kept = kept_global[(kept_global >= self.rank * groups) & (kept_global < (self.rank + 1) * groups)]
+        kept = kept - self.rank * groups
+        if cfg.filter != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
+            warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
+                          f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "
+                          "flat across prompts, so filtering is unlikely to help", stacklevel=2)
         keep = set(kept.tolist())
         chosen = [i for i, s in enumerate(samples) if s.group in keep]
         if len(kept_global):
@@ -226,6 +240,23 @@ class Trainer:
         if "time/mi_s" in metrics:
             metrics["time/mi_share"] = metrics["time/mi_s"] / metrics["time/iteration_s"]
         return metrics
+
+    def _group_scores(self, returns, trajectories, samples, batches, stats) -> np.ndarray:
+        """This rank's score per group for the filter (``filter_metric``)."""
+        metric = self.config.filter_metric
+        if metric in REWARD_METRICS:
+            return group_scores(returns, metric)
+        groups = returns.shape[0]
+        if metric == "length":
+            return per_group([sum(len(turn.response_ids) for turn in t.turns) for t in trajectories], groups, "mean")
+        # Mean token entropy per trajectory over its generated tokens (all its segments).
+        mb = self.config.micro_batch_size
+        total, count = np.zeros(len(trajectories)), np.zeros(len(trajectories))
+        for i, sample in enumerate(samples):
+            mask = batches[i // mb].mask[i % mb]
+            total[sample.trajectory] += float((stats[i // mb]["entropy"][i % mb] * mask).sum())
+            count[sample.trajectory] += float(mask.sum())
+        return per_group(total / np.maximum(count, 1), groups, "mean" if metric == "entropy" else "std")
 
     def _save_rollouts(self, trajectories) -> None:
         """Rank 0's trajectories of every ``save_rollouts_steps``-th and of the last iteration."""
