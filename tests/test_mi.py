@@ -132,3 +132,41 @@ def test_cross_scoring_on_a_tiny_model_equals_teacher_forcing(tiny_policy):
                 direct = logp.gather(-1, torch.tensor(z)[:, None]).sum().item()
                 assert loglik[i, k, j] == pytest.approx(direct, abs=1e-3)
     assert lengths.tolist() == [[3, 5]] * 3
+
+
+def test_the_released_codes_variant_by_hand():
+    from trainers.mi import mi_metrics_code
+
+    m = mi_metrics_code(L, N)
+    # per token first: row 0 -> (-1, -2), row 1 -> (-3, -1); matched -1 and -1
+    marginal = [-1 + math.log(1 + math.exp(-1)) - math.log(2), -1 + math.log(1 + math.exp(-2)) - math.log(2)]
+    assert m["mi_est"] == pytest.approx(-1 - np.mean(marginal))
+    assert m["mi_est"] == pytest.approx(0.4730520, abs=1e-6)  # the paper's formula gives 0.4247 here
+    assert m["conditional_entropy"] == pytest.approx(1.0)
+    assert m["reasoning_entropy"] == pytest.approx(m["mi_est"] + m["conditional_entropy"])
+    assert m["marginal_std"] == pytest.approx(np.std(marginal))
+
+
+def test_the_two_families_part_when_lengths_vary():
+    from trainers.mi import mi_metrics_code
+
+    # Every token is 0.5 nats likelier under its own prompt (of 4): per token, the code's form gives
+    # log 4 - log(1 + 3 e^-0.5) = 0.3497 whatever the length; the paper's log-mean-exp of whole-sequence
+    # sums saturates at (log 4) / |Z| for long reasonings (here 50 to 150 tokens).
+    rng = np.random.default_rng(3)
+    P, G = 4, 8
+    lengths = rng.integers(50, 150, size=(P, G))
+    per_token = np.full((P, G, P), -2.0)
+    per_token[np.arange(P), :, np.arange(P)] += 0.5
+    loglik = per_token * lengths[..., None]
+    paper, code = mi_metrics(loglik, lengths)["mi_est"], mi_metrics_code(loglik, lengths)["mi_est"]
+    assert code == pytest.approx(math.log(4) - math.log(1 + 3 * math.exp(-0.5)))
+    assert code > 5 * paper > 0 and paper == pytest.approx(np.mean(math.log(4) / lengths), rel=1e-3)
+
+
+def test_chance_at_each_k_and_the_sequence_level_forms():
+    m = mi_metrics(L, N)
+    assert m["retrieval_above_chance"] == pytest.approx(0.5)
+    assert m["recall_chance_at_2"] == m["recall_chance_at_8"] == 1.0  # P = 2
+    assert m["conditional_entropy_seq"] == pytest.approx(1.5)  # -(-2 - 1) / 2
+    assert m["marginal_std_seq"] >= 0 and "mi_zscore_seq" in m

@@ -61,8 +61,10 @@ EXPECTED_KEYS = {
     "rollout/success", "rollout/return_mean", "rollout/format_valid", "rollout/turns", "rollout/response_length",
     "policy/token_entropy", "mi/retrieval_acc", "mi/retrieval_chance", "mi/recall_at_2", "mi/mi_est",
     "mi/mi_seq_est", "mi/mi_zscore", "mi/mi_zscore_ema", "mi/conditional_entropy", "mi/reasoning_entropy",
-    "mi/empty_reasoning_rate", "mi_traj/retrieval_acc", "filter/kept_groups", "filter/kept_ratio",
-    "filter/zero_variance_groups", "filter/rv_mean", "filter/rv_std", "filter/rv_std_over_mean",
+    "mi/empty_reasoning_rate", "mi_traj/retrieval_acc", "mi_code/mi_est", "mi_code/mi_zscore_ema",
+    "mi_traj_code/mi_est", "mi/valid_thinking_rate", "mi/reasoning_tokens", "mi/recall_above_chance_at_2",
+    "filter/kept_groups", "filter/kept_ratio", "filter/zero_variance_groups", "filter/rv_mean", "filter/rv_std",
+    "filter/rv_std_over_mean",
     "filter/in_group_reward_std", "loss/policy", "loss/entropy", "loss/grad_norm", "loss/clip_frac",
     "time/rollout_s", "time/mi_s", "time/mi_share", "time/update_s",
 }
@@ -213,3 +215,13 @@ def test_the_filter_ranks_by_other_scores(metric, tokenizer, tmp_path):
                       rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[0]
     assert metrics["filter/kept_groups"] == 1  # int(0.34 * 3)
+
+
+def test_mi_follows_ragens_schedule(tokenizer, tmp_path):
+    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path, mi_every=5),
+                      tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    due = []
+    for iteration in range(12):
+        trainer.iteration = iteration
+        due.append(trainer.mi_due())
+    assert [i + 1 for i, d in enumerate(due) if d] == [1, 5, 10]  # the first, then every 5th

@@ -77,8 +77,9 @@ class TrainerConfig:
     filter_empty_stop: int = 5
 
     # -- diagnostics, logging, checkpoints ---------------------------------------------------
-    mi_every: int = 1  # MI proxies every this many iterations (0: never)
-    mi_trajectory_pairs: int = 16  # (X, Z) pairs of the trajectory-scope MI (0: off)
+    mi_every: int = 5  # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
+    mi_first_turn_pairs: int = 64  # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
+    mi_trajectory_pairs: int = 64  # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
     logging_steps: int = 1  # print the metrics table every this many iterations
     save_steps: int = 0  # checkpoint every this many iterations (0: only at the end)
     # keep only the newest N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB
@@ -102,8 +103,8 @@ class TrainerConfig:
                              f"got {self.rollout.group_size}")
         for name in ("num_iterations", "ppo_epochs", "num_minibatches", "micro_batch_size"):
             check(name, getattr(self, name) >= 1, ">= 1")
-        for name in ("mi_every", "mi_trajectory_pairs", "logging_steps", "save_steps", "save_rollouts_steps",
-                     "filter_empty_stop"):
+        for name in ("mi_every", "mi_first_turn_pairs", "mi_trajectory_pairs", "logging_steps", "save_steps",
+                     "save_rollouts_steps", "filter_empty_stop"):
             check(name, getattr(self, name) >= 0, ">= 0")
         check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
         for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):

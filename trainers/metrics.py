@@ -46,6 +46,11 @@ METRICS = [
     Metric("mi/mi_est", "MI", "estimate of I(X;Z) per token: mean log p(Z|own X) minus mean log of "
            "p(Z|X) averaged over the batch's prompts (nats; at most log P)", "falls to 0", "MI (nats/token)",
            True),
+    Metric("mi_code/mi_est", "MI_code", "the same estimate as RAGEN's released code computes it: each "
+           "log-likelihood divided by its length first, then the log-mean-exp over prompts (the paper's "
+           "plotted values)", "falls to 0", "MI (nats/token)"),
+    Metric("mi/valid_thinking_rate", "thinking", "share of all turns whose reply holds <think> reasoning",
+           "near 0: nothing to measure"),
     Metric("mi/conditional_entropy", "H(Z|X)", "-mean log p(Z|own X) per reasoning token (nats)",
            "stays up while MI falls", "Entropy (nats/token)", True),
     Metric("mi/reasoning_entropy", "H(Z)", "-mean log of p(Z|X) averaged over prompts, per token; "

@@ -13,6 +13,12 @@ reasoning: that entry is left out of every mean).
   at random, in expectation, so a fully collapsed batch scores exactly 1/P.
 - MI-ZScore = mean((matched - marginal) / (sigma + eps)), sigma the population std of marginal;
   ``MIZScoreEMA`` smooths sigma across calls.
+- RAGEN's released code (``mi_metrics_code``) divides each log-likelihood by its length first and
+  then takes the log-mean-exp: marginal_ik = logsumexp_j (L[i,k,j] / |Z|) - log P. Both families are
+  logged (``mi/`` and ``mi_code/``); the paper's plotted values come from the second.
+Differences kept on purpose: ties in retrieval count as expected under a uniform tie-break (the
+code's argmax takes the first column), and identical prompts are merged into one column (the code
+keeps them apart and counts any of them as a hit), so chance is 1/P over distinct prompts.
 The caller merges token-identical prompts into one column before building ``loglik``
 (``cross_loglik`` does).
 """
@@ -20,6 +26,8 @@ The caller merges token-identical prompts into one column before building ``logl
 from __future__ import annotations
 
 import numpy as np
+
+STD_EPS = 1e-3  # added to sigma in the z-scores (RAGEN's std_eps)
 
 
 def _per_entry(loglik, lengths):
@@ -49,35 +57,79 @@ def _recall(L: np.ndarray, valid: np.ndarray, k: int) -> float:
 
 
 def mi_metrics(loglik, lengths) -> dict[str, float]:
-    """The MI proxies of one batch (see the module docstring). Keys: retrieval_acc,
-    retrieval_chance, recall_at_2/4/8, mi_est, mi_seq_est, mi_zscore, conditional_entropy,
-    reasoning_entropy."""
+    """The MI proxies of one batch as the paper writes them (see the module docstring): retrieval_acc,
+    retrieval_chance, retrieval_above_chance, recall_at_k / recall_chance_at_k / recall_above_chance_at_k
+    (k = 2, 4, 8), mi_est, mi_seq_est, mi_zscore, mi_zscore_seq, marginal_std, marginal_std_seq,
+    conditional_entropy, reasoning_entropy and their _seq forms."""
     L, valid, matched_seq, marginal_seq, matched, marginal = _per_entry(loglik, lengths)
-    sigma = marginal[valid].std()
-    return {
+    P = L.shape[0]
+    sigma, sigma_seq = marginal[valid].std(), marginal_seq[valid].std()
+    out = {
         "retrieval_acc": _recall(L, valid, 1),
-        "retrieval_chance": 1.0 / L.shape[0],
-        "recall_at_2": _recall(L, valid, 2),
-        "recall_at_4": _recall(L, valid, 4),
-        "recall_at_8": _recall(L, valid, 8),
+        "retrieval_chance": 1.0 / P,
         "mi_est": float(matched[valid].mean() - marginal[valid].mean()),
         "mi_seq_est": float(matched_seq[valid].mean() - marginal_seq[valid].mean()),
-        "mi_zscore": float(((matched - marginal)[valid] / (sigma + 1e-3)).mean()),
+        "mi_zscore": float(((matched - marginal)[valid] / (sigma + STD_EPS)).mean()),
+        "mi_zscore_seq": float(((matched_seq - marginal_seq)[valid] / (sigma_seq + STD_EPS)).mean()),
+        "marginal_std": float(sigma),
+        "marginal_std_seq": float(sigma_seq),
         "conditional_entropy": float(-matched[valid].mean()),
         "reasoning_entropy": float(-marginal[valid].mean()),
+        "conditional_entropy_seq": float(-matched_seq[valid].mean()),
+        "reasoning_entropy_seq": float(-marginal_seq[valid].mean()),
+    }
+    out["retrieval_above_chance"] = out["retrieval_acc"] - out["retrieval_chance"]
+    for k in (2, 4, 8):
+        out[f"recall_at_{k}"] = _recall(L, valid, k)
+        out[f"recall_chance_at_{k}"] = min(k, P) / P
+        out[f"recall_above_chance_at_{k}"] = out[f"recall_at_{k}"] - out[f"recall_chance_at_{k}"]
+    return out
+
+
+def _per_token_first(loglik, lengths):
+    """RAGEN's released code: each log-likelihood divided by its reasoning's length before the
+    log-mean-exp over prompts. Returns (valid, matched, marginal)."""
+    L, valid, *_ = _per_entry(loglik, lengths)
+    n = np.where(valid, np.asarray(lengths, dtype=float), 1.0)[..., None]
+    per_token = L / n
+    P = L.shape[0]
+    matched = per_token[np.arange(P), :, np.arange(P)]
+    top = per_token.max(axis=2, keepdims=True)
+    marginal = top[..., 0] + np.log(np.exp(per_token - top).sum(axis=2)) - np.log(P)
+    return valid, matched, marginal
+
+
+def mi_metrics_code(loglik, lengths) -> dict[str, float]:
+    """The MI proxies as RAGEN's released code computes them (``_per_token_first``): mi_est,
+    conditional_entropy, reasoning_entropy, mi_zscore, marginal_std. The paper's plotted MI values come
+    from this form; it differs from ``mi_metrics``' (log-mean-exp of sums, then per token) by a large
+    factor when reasoning lengths vary. Retrieval is the same in both (one length per row)."""
+    valid, matched, marginal = _per_token_first(loglik, lengths)
+    sigma = marginal[valid].std()
+    return {
+        "mi_est": float(matched[valid].mean() - marginal[valid].mean()),
+        "conditional_entropy": float(-matched[valid].mean()),
+        "reasoning_entropy": float(-marginal[valid].mean()),
+        "mi_zscore": float(((matched - marginal)[valid] / (sigma + STD_EPS)).mean()),
+        "marginal_std": float(sigma),
     }
 
 
 class MIZScoreEMA:
     """MI-ZScore with sigma smoothed across calls: sigma_ema <- decay * sigma_ema + (1 - decay) * sigma
-    (the first sigma initialises it)."""
+    (the first sigma initialises it). ``variant="code"`` uses the released code's per-token-first form."""
 
-    def __init__(self, decay: float = 0.9, eps: float = 1e-3):
-        self.decay, self.eps = decay, eps
+    def __init__(self, decay: float = 0.9, eps: float = STD_EPS, variant: str = "paper"):
+        if variant not in ("paper", "code"):
+            raise ValueError(f"variant must be 'paper' or 'code', got {variant!r}")
+        self.decay, self.eps, self.variant = decay, eps, variant
         self.sigma: float | None = None
 
     def update(self, loglik, lengths) -> float:
-        _, valid, _, _, matched, marginal = _per_entry(loglik, lengths)
+        if self.variant == "code":
+            valid, matched, marginal = _per_token_first(loglik, lengths)
+        else:
+            _, valid, _, _, matched, marginal = _per_entry(loglik, lengths)
         sigma = float(marginal[valid].std())
         self.sigma = sigma if self.sigma is None else self.decay * self.sigma + (1 - self.decay) * sigma
         return float(((matched - marginal)[valid] / (self.sigma + self.eps)).mean())

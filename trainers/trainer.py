@@ -53,7 +53,7 @@ from trainers.config import TrainerConfig
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, init_distributed
 from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, group_scores, per_group, select
 from trainers.metrics import MetricsLogger, plot_run
-from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
+from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics, mi_metrics_code
 from trainers.scoring import TokenScorer
 
 
@@ -123,7 +123,9 @@ class Trainer:
         if self.value_head is not None:
             groups.append({"params": self.value_head.parameters(), "lr": cfg.critic_learning_rate})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
-        self.mi_ema = MIZScoreEMA()
+        # Each scope and family smooths its own sigma.
+        self.mi_emas = {name: MIZScoreEMA(variant="code" if name.endswith("_code") else "paper")
+                        for name in ("first", "first_code", "traj", "traj_code")}
         self.iteration = 0
         self.empty_filter_streak = 0  # iterations in a row in which the filter kept nothing
         self.think_ids = list(tokenizer("<think>", add_special_tokens=False)["input_ids"])
@@ -200,7 +202,7 @@ class Trainer:
         metrics["time/rollout_s"] = time.perf_counter() - start
         self._save_rollouts(trajectories)
 
-        if cfg.mi_every and self.iteration % cfg.mi_every == 0:
+        if self.mi_due():
             mi_start = time.perf_counter()
             metrics.update(self.mi_diagnostics(trajectories))
             metrics["time/mi_s"] = time.perf_counter() - mi_start
@@ -265,44 +267,65 @@ class Trainer:
             save_jsonl(trajectories, self.output_dir / "rollouts" / f"iteration-{n}.jsonl")
 
     # -- MI diagnostics ------------------------------------------------------------------------
+    def mi_due(self) -> bool:
+        """RAGEN's schedule: the first iteration, then every ``mi_every``-th (1-based)."""
+        n, every = self.iteration + 1, self.config.mi_every
+        return bool(every) and (n == 1 or n % every == 0)
+
     def mi_diagnostics(self, trajectories) -> dict:
-        """First-turn scope: X_i = group i's first prompt up to and including <think>, Z_ik = the
-        first turn's reasoning tokens. Trajectory scope: one turn drawn uniformly per trajectory,
-        each (X, Z) pair its own column."""
+        """First-turn scope: X_i = group i's first prompt up to and including <think>, Z_ik = the first
+        turn's reasoning, ``mi_first_turn_pairs`` pairs drawn without replacement (0: all). Trajectory
+        scope, as RAGEN draws it: ``mi_trajectory_pairs`` draws with replacement of a trajectory, then
+        one of its turns with reasoning, each draw its own column (chance: 1 / distinct prompts).
+        Both families of proxies are logged: ``mi/`` (the paper's formulas) and ``mi_code/`` (the
+        released code's), and ``mi_traj/``, ``mi_traj_code/`` for the trajectory scope."""
         cfg = self.config
+        rng = random.Random(cfg.rollout.seed * 1_000_003 + self.iteration)
         out = {}
+        all_turns = [turn for t in trajectories for turn in t.turns]
+        if all_turns:
+            with_reasoning = [len(turn.reasoning_ids) for turn in all_turns if turn.reasoning_ids]
+            out["mi/valid_thinking_rate"] = len(with_reasoning) / len(all_turns)
+            out["mi/reasoning_tokens"] = float(np.mean(with_reasoning)) if with_reasoning else 0.0
+        firsts = [(t.group, t.turns[0]) for t in trajectories if t.turns]
+        out["mi/empty_reasoning_rate"] = (sum(not turn.reasoning_ids for _, turn in firsts) / len(firsts)
+                                          if firsts else 1.0)
+        valid = [(g, turn) for g, turn in firsts if turn.reasoning_ids]
+        if cfg.mi_first_turn_pairs and len(valid) > cfg.mi_first_turn_pairs:
+            valid = rng.sample(valid, cfg.mi_first_turn_pairs)
         by_group: dict[int, list] = {}
-        for t in trajectories:
-            by_group.setdefault(t.group, []).append(t)
-        prompts, reasonings = [], []
-        for group in sorted(by_group):
-            trajs = [t for t in by_group[group] if t.turns]
-            if not trajs:
-                continue
-            prompts.append(list(trajs[0].turns[0].prompt_ids) + self.think_ids)
-            reasonings.append([t.turns[0].reasoning_ids for t in trajs])
-        total = sum(len(z) for z in reasonings)
-        empty = sum(1 for zs in reasonings for z in zs if not z)
-        out["mi/empty_reasoning_rate"] = empty / total if total else 1.0
-        if total > empty and len(prompts) > 1:
-            loglik, lengths = cross_loglik(self.policy, prompts, reasonings)
-            out.update({f"mi/{k}": v for k, v in mi_metrics(loglik, lengths).items()})
-            out["mi/mi_zscore_ema"] = self.mi_ema.update(loglik, lengths)
+        for group, turn in sorted(valid, key=lambda pair: pair[0]):
+            by_group.setdefault(group, []).append(turn)
+        if len(by_group) > 1:
+            prompts = [self._through_think(turns[0].prompt_ids) for turns in by_group.values()]
+            reasonings = [[turn.reasoning_ids for turn in turns] for turns in by_group.values()]
+            out.update(self._mi_families("mi", "first", *cross_loglik(self.policy, prompts, reasonings)))
         if cfg.mi_trajectory_pairs:
-            rng = random.Random(cfg.rollout.seed * 1_000_003 + self.iteration)
+            turns_of = [[turn for turn in t.turns if turn.reasoning_ids] for t in trajectories]
+            draws = min(cfg.mi_trajectory_pairs, sum(len(turns) for turns in turns_of))
             pairs = []
-            for t in trajectories:
-                turns = [turn for turn in t.turns if turn.reasoning_ids]
-                if turns:
+            for _ in range(draws):
+                turns = turns_of[rng.randrange(len(turns_of))]
+                if turns:  # a trajectory without reasoning wastes its draw, as in RAGEN
                     turn = rng.choice(turns)
                     pairs.append((turn.reasoning_prompt_ids, turn.reasoning_ids))
-            rng.shuffle(pairs)
-            pairs = pairs[:cfg.mi_trajectory_pairs]
             if len(pairs) > 1:
                 loglik, lengths = cross_loglik(self.policy, [x for x, _ in pairs], [[z] for _, z in pairs])
                 if loglik.shape[0] > 1:
-                    out.update({f"mi_traj/{k}": v for k, v in mi_metrics(loglik, lengths).items()})
+                    out.update(self._mi_families("mi_traj", "traj", loglik, lengths))
         return out
+
+    def _mi_families(self, prefix: str, scope: str, loglik, lengths) -> dict:
+        out = {f"{prefix}/{k}": v for k, v in mi_metrics(loglik, lengths).items()}
+        out.update({f"{prefix}_code/{k}": v for k, v in mi_metrics_code(loglik, lengths).items()})
+        out[f"{prefix}/mi_zscore_ema"] = self.mi_emas[scope].update(loglik, lengths)
+        out[f"{prefix}_code/mi_zscore_ema"] = self.mi_emas[f"{scope}_code"].update(loglik, lengths)
+        return out
+
+    def _through_think(self, prompt_ids) -> list[int]:
+        """A first-turn prompt up to and including <think> (already there when the prompt prefills it)."""
+        ids = list(prompt_ids)
+        return ids if ids[-len(self.think_ids):] == self.think_ids else ids + self.think_ids
 
     # -- forward passes ------------------------------------------------------------------------
     def _autocast(self):
@@ -455,7 +478,8 @@ class Trainer:
         # The reference model is the initial model, rebuilt from it on resume: not saved again.
         tensors = {"optimizer": self.optimizer.state_dict(),
                    "value_head": None if self.value_head is None else self.value_head.state_dict()}
-        meta = {"iteration": self.iteration, "calls": self.runner.calls, "mi_ema": self.mi_ema.state_dict(),
+        meta = {"iteration": self.iteration, "calls": self.runner.calls,
+                "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()},
                 "model": self.model_name, "config": asdict(self.config)}
         with progress.step(f"writing checkpoint-{self.iteration}") as note:
             path = checkpoint.save(self.output_dir, self.iteration, self.model, self.tokenizer, tensors, meta,
@@ -477,7 +501,11 @@ class Trainer:
         # Every rank continues its own seed sequence from the call count.
         self.runner.calls = state["calls"]
         self.runner.next_seed = self.runner.config.seed + state["calls"] * len(self.runner.group_envs)
-        self.mi_ema.load_state_dict(state["mi_ema"])
+        saved = state["mi_ema"]
+        saved = {"first": saved} if "sigma" in saved else saved  # a checkpoint with one EMA only
+        for name, ema_state in saved.items():
+            if name in self.mi_emas:
+                self.mi_emas[name].load_state_dict(ema_state)
 
 
 def _use_bf16(setting: str, device: torch.device) -> bool:
