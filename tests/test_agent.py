@@ -180,7 +180,7 @@ def test_prompts_in_trajectories_are_what_the_model_saw(scripted):
         for n, turn in enumerate(t.turns):  # messages: system, user, then (assistant, user) per turn
             assert t.messages[2 + 2 * n] == {"role": "assistant", "content": turn.response}
             rendered = chat_encoding.render(policy.tokenizer, t.messages[:2 + 2 * n], add_generation_prompt=True)
-            assert policy.tokenizer.decode(turn.prompt_ids) == rendered
+            assert policy.tokenizer.decode(turn.prompt_ids) == rendered + "<think>"  # prefilled
 
 
 def test_context_cap_drops_oldest_turns(scripted):
@@ -219,7 +219,9 @@ def test_full_rollout_with_a_tiny_model_on_every_env(env_id, tiny_policy, tmp_pa
         for turn in t.turns:
             assert 1 <= len(turn.response_ids) <= 12 and len(turn.logprobs) == len(turn.response_ids)
             assert all(lp <= 0 for lp in turn.logprobs)
-            assert turn.prompt_ids[-3:] == tiny_policy.encode_chat([{"role": "user", "content": "x"}])[-3:]
+            think = tiny_policy.tokenizer("<think>", add_special_tokens=False)["input_ids"]  # prefilled
+            generation_prompt = tiny_policy.encode_chat([{"role": "user", "content": "x"}])[-3:]
+            assert turn.prompt_ids[-3 - len(think):] == generation_prompt + think
     path = tmp_path / "t.jsonl"
     save_jsonl(trajs, path)
     back = load_jsonl(path)
@@ -258,3 +260,25 @@ def test_group_members_share_the_start_but_not_the_slips(scripted):
     assert len({t.messages[1]["content"] for t in trajs}) == 1  # one initial state
     later = {tuple(m["content"] for m in t.messages[2:]) for t in trajs}
     assert len(later) > 1  # the same actions slipped differently
+
+
+def test_the_think_prefill_and_the_penalty_for_invalid_actions(scripted):
+    from ragen_envs.agent import ChatEnv
+
+    # Prefilled: the model's text continues after <think>; the reply keeps it, the reasoning span starts at once.
+    policy = scripted(["go right</think><answer>Right || Jump</answer>"])
+    trajs = RolloutRunner("Ragen/FrozenLake-v0", policy,
+                          RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1))).collect()
+    turn = trajs[0].turns[0]
+    assert turn.response.startswith("<think>go right") and turn.reasoning == "go right" and turn.think_start == 0
+    assert policy.tokenizer.decode(turn.reasoning_ids).strip() == "go right"
+    # One invalid and one valid action: RAGEN's rule penalises the turn; the lenient rule does not.
+    for rule, penalty in ((True, -0.1), (False, 0.0)):
+        env = ChatEnv("Ragen/FrozenLake-v0", ChatEnvConfig(penalize_invalid_actions=rule))
+        env.reset(seed=0)
+        record = env.step("<think>x</think><answer>Jump || Up</answer>")
+        assert record.actions == ["Up"] and record.invalid_actions == ["Jump"]
+        assert record.reward == pytest.approx(penalty + (1.0 if env.success else 0.0))
+    off = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<think>a</think><answer>Up</answer>"]),
+                        RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1, prefill_think=False)))
+    assert not off.collect()[0].turns[0].response.startswith("<think><think>")

@@ -85,3 +85,10 @@ def test_bad_arguments():
         parse_response(None)
     with pytest.raises(ValueError):
         parse_response("x", max_actions=0)
+
+
+def test_a_reopened_think_tag_is_not_reasoning():
+    # After a prompt that prefilled <think>, a model may open it again.
+    assert parse_response("<think><think> <think>go left</think><answer>Left</answer>").reasoning == "go left"
+    many = parse_response("<think>" + "<think> " * 200_000 + "</think><answer>Up</answer>")  # an index walk
+    assert many.reasoning == "" and many.actions == ["Up"]

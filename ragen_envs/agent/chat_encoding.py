@@ -28,11 +28,13 @@ def encode_chat(tokenizer, messages: list[Message]) -> list[int]:
     return tokenize(tokenizer, render(tokenizer, messages, add_generation_prompt=True))
 
 
-def extend(tokenizer, prompt_ids: list[int], reply_ids: list[int], messages: list[Message]) -> list[int]:
-    """Next prompt: ``prompt_ids + reply_ids + (template text after the reply)``.
+def extend(tokenizer, prompt_ids: list[int], reply_ids: list[int], messages: list[Message],
+           prefill: str = "") -> list[int]:
+    """Next prompt: ``prompt_ids + reply_ids + (template text after the reply) + prefill``.
 
     ``messages`` is the conversation so far: it ends with the assistant's reply (``messages[-2]``)
-    and the new user message (``messages[-1]``).
+    and the new user message (``messages[-1]``). ``prefill`` is text that opens every reply (``<think>``):
+    the last prompt ended with it, so the reply's message holds it before the generated text.
     """
     if len(messages) < 2 or messages[-2]["role"] != "assistant":
         raise ValueError("extend() needs messages ending with an assistant reply and a user message")
@@ -43,8 +45,10 @@ def extend(tokenizer, prompt_ids: list[int], reply_ids: list[int], messages: lis
     after = text.split(_MARK)[1]
     # The reply may already hold the template's end-of-turn text (an EOS token it generated).
     reply = messages[-2]["content"]
+    if prefill and reply.startswith(prefill):
+        reply = reply[len(prefill):]
     generated = tokenizer.decode(reply_ids, skip_special_tokens=False)
     extra = generated[len(reply):] if generated.startswith(reply) else ""
     if extra and after.startswith(extra):
         after = after[len(extra):]
-    return [*prompt_ids, *reply_ids, *tokenize(tokenizer, after)]
+    return [*prompt_ids, *reply_ids, *tokenize(tokenizer, after + prefill)]

@@ -41,6 +41,12 @@ class ChatEnvConfig:
     enable_think: bool = True  # ask for <think>...</think> before <answer>
     format_penalty: float = -0.1  # added when a reply holds no valid action
     max_turns: int = 5  # model replies per episode at most
+    # the generation prompt ends with <think>, so each reply starts inside it (RAGEN's ctx_manager does;
+    # it also helps small models keep the format); only with enable_think
+    prefill_think: bool = True
+    # the format penalty also when some of a reply's actions are invalid (RAGEN's es_manager), not only
+    # when none is valid
+    penalize_invalid_actions: bool = True
 
     def __post_init__(self):
         if self.max_actions_per_turn < 1:
@@ -110,8 +116,9 @@ class ChatEnv:
             if terminated or truncated:
                 self.done = True
                 break
-        if not played:
+        if not played or (rejected and c.penalize_invalid_actions):
             reward += c.format_penalty
+        if not played:
             if parsed.actions:
                 why = f"no valid action among {', '.join(map(repr, parsed.actions))}"
             elif parsed.answer is not None:

@@ -86,6 +86,15 @@ def parse_response(text: str, max_actions: int = 2, enable_think: bool = True,
         if match is None:
             return ParsedResponse(reasoning=None)
         reasoning, answer = match
+        # A model answering a prompt that already opened <think> may open it again: not reasoning.
+        at = 0
+        while True:  # an index walk, so hostile text stays linear
+            while at < len(reasoning) and reasoning[at].isspace():
+                at += 1
+            if not reasoning.startswith(THINK_OPEN, at):
+                break
+            at += len(THINK_OPEN)
+        reasoning = reasoning[at:]
     else:
         answer = _match_answer(text)
         if answer is None:

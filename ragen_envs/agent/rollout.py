@@ -28,6 +28,7 @@ import numpy as np
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.backends.base import Policy, SamplingConfig
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+from ragen_envs.agent.parsing import THINK_OPEN
 from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
 
 
@@ -113,6 +114,8 @@ class RolloutRunner:
         self.group_envs = [env_id for env_id, n in mix.items() for _ in range(n)]
         self.next_seed = self.config.seed
         self.calls = 0
+        chat = self.config.chat
+        self.prefill = THINK_OPEN if chat.enable_think and chat.prefill_think else ""  # opens every reply
         self._envs: list[ChatEnv] | None = None
 
     @property
@@ -159,21 +162,24 @@ class RolloutRunner:
                     progress(turn, len(active))
                 sampling = replace(c.sampling, seed=self._sampling_seed(turn))
                 generations = policy.generate([prompts[i] for i in active], sampling)
-                replies = [gen.text for gen in generations]
+                # With a prefilled <think>, the reply's text starts with it, as its tokens follow it.
+                replies = [self.prefill + gen.text for gen in generations]
 
                 def step(pair):
                     return envs[pair[0]].step(pair[1])
 
                 records = list((pool.map if pool else map)(step, zip(active, replies)))
-                for i, gen, record in zip(active, generations, records):
-                    start, end = think_span(tok, gen.token_ids) if c.chat.enable_think else (None, None)
+                for i, gen, reply, record in zip(active, generations, replies, records):
+                    start, end = think_span(tok, gen.token_ids, bool(self.prefill)) if c.chat.enable_think \
+                        else (None, None)
                     trajectories[i].turns.append(Turn(
                         prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
-                        response=gen.text, reasoning=record.reasoning, actions=record.actions,
+                        response=reply, reasoning=record.reasoning, actions=record.actions,
                         reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
                         think_start=start, think_end=end, messages_dropped=dropped[i]))
                     if not envs[i].done:
-                        prompts[i] = chat_encoding.extend(tok, prompts[i], gen.token_ids, envs[i].messages)
+                        prompts[i] = chat_encoding.extend(tok, prompts[i], gen.token_ids, envs[i].messages,
+                                                          self.prefill)
                 active = [i for i in active if not envs[i].done]
         finally:
             if pool:
@@ -192,18 +198,21 @@ class RolloutRunner:
         limit = self.max_prompt_tokens
         messages = envs[i].messages
         if prompts[i] is None:
-            prompts[i] = self.policy.encode_chat(messages)
+            prompts[i] = self.policy.encode_chat(messages) + self._prefill_ids()
         if len(prompts[i]) <= limit:
             return False
         for k in range(2, len(messages) - 1, 2):  # drop (user, assistant) pairs after the system message
             kept = [messages[0], *messages[1 + k:]]
-            ids = self.policy.encode_chat(kept)
+            ids = self.policy.encode_chat(kept) + self._prefill_ids()
             if len(ids) <= limit:
                 prompts[i], dropped[i] = ids, k
                 return False
         envs[i].done = True
         trajectories[i].context_overflow = True
         return True
+
+    def _prefill_ids(self) -> list[int]:
+        return chat_encoding.tokenize(self.policy.tokenizer, self.prefill) if self.prefill else []
 
     def _sampling_seed(self, turn: int) -> int:
         """A fresh sampling seed per call and turn, from the configured seed: rollouts replay exactly."""

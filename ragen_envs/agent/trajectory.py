@@ -112,13 +112,16 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
         return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
 
 
-def think_span(tokenizer, response_ids: list[int]) -> tuple[int, int] | tuple[None, None]:
+def think_span(tokenizer, response_ids: list[int], prefilled: bool = False) -> tuple[int, int] | tuple[None, None]:
     """Token indices [start, end) of the text strictly between the first ``<think>`` and the first
-    ``</think>`` after it; tokens straddling a tag are left out of the span."""
+    ``</think>`` after it; tokens straddling a tag are left out of the span. ``prefilled``: the prompt
+    ended with ``<think>``, so the reasoning starts with the reply."""
     pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in response_ids]
     text = "".join(pieces)
     open_at = text.find(THINK_OPEN)
-    if open_at < 0:
+    if prefilled:
+        open_at = -len(THINK_OPEN)
+    if open_at < 0 and not prefilled:
         return None, None
     close_at = text.find(THINK_CLOSE, open_at + len(THINK_OPEN))
     if close_at < 0:
