@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -225,3 +226,29 @@ def test_mi_follows_ragens_schedule(tokenizer, tmp_path):
         trainer.iteration = iteration
         due.append(trainer.mi_due())
     assert [i + 1 for i, d in enumerate(due) if d] == [1, 5, 10]  # the first, then every 5th
+
+
+def test_a_fixed_minibatch_means_fewer_steps_when_fewer_groups_are_kept(tokenizer, tmp_path):
+    # 3 groups x 4 samples, 4 sequences per step: keeping 3, 2 or 1 groups takes 3, 2 or 1 steps.
+    updates = []
+    for value in (1.0, 0.67, 0.34):
+        cfg = config(tmp_path / str(value), filter="top_k", filter_value=value, mini_batch_size=4,
+                     filter_metric="mean")
+        trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+                          rollout_policy=SeededReplies(tokenizer))
+        updates.append(trainer.train()[0]["loss/updates"])
+    assert updates == [3.0, 2.0, 1.0]
+
+
+def test_a_kept_batch_is_padded_with_copies_or_trimmed(tokenizer, tmp_path):
+    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path, mini_batch_size=4),
+                      tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    chunks = trainer._minibatches([10, 11, 12, 13, 14], torch.Generator().manual_seed(0))
+    flat = np.concatenate(chunks).tolist()
+    assert [len(c) for c in chunks] == [4, 4] and flat[:5] == [10, 11, 12, 13, 14]
+    assert set(flat[5:]) <= {10, 11, 12, 13, 14} and len(set(flat[5:])) == 3  # copies, none twice
+    trainer.config.batch_adjust = "delete"
+    assert [c.tolist() for c in trainer._minibatches([10, 11, 12, 13, 14], torch.Generator())] == [[10, 11, 12, 13]]
+    trainer.config.mini_batch_size = None
+    trainer.config.num_minibatches = 2
+    assert [len(c) for c in trainer._minibatches([1, 2, 3, 4, 5], torch.Generator())] == [3, 2]

@@ -44,7 +44,14 @@ class TrainerConfig:
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient clipping
     ppo_epochs: int = 1  # passes over each batch (TRL's num_iterations, mu)
-    num_minibatches: int = 1  # optimizer steps per epoch
+    # sequences per optimizer step (RAGEN's ppo_mini_batch_size): the kept batch is padded to a multiple of
+    # it and split, so keeping fewer groups means fewer steps, as in the reference; None: num_minibatches
+    # steps per epoch whatever is kept
+    mini_batch_size: int | None = 32
+    # how a kept batch that is no multiple of mini_batch_size is fixed: copy random kept sequences (RAGEN's
+    # default) or delete some
+    batch_adjust: Literal["copy", "delete"] = "copy"
+    num_minibatches: int = 1  # optimizer steps per epoch when mini_batch_size is None
     micro_batch_size: int = 2  # sequences per forward/backward (gradient accumulation)
     # "bf16": fp32 master weights with bf16 autocast; "no": fp32 throughout; "auto": bf16 on GPUs and on
     # CPUs with native bf16 (avx512_bf16 / amx), else fp32 (benchmarks/precision.py: without native bf16
@@ -119,6 +126,8 @@ class TrainerConfig:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
         check("mixed_precision", self.mixed_precision in PRECISIONS, f"one of {PRECISIONS}")
+        check("mini_batch_size", self.mini_batch_size is None or self.mini_batch_size >= 1, ">= 1 or None")
+        check("batch_adjust", self.batch_adjust in ("copy", "delete"), "copy or delete")
         check("learning_rate", self.learning_rate > 0, "> 0")
         check("loss_type", self.loss_type is None or self.loss_type in LOSS_TYPES, f"one of {LOSS_TYPES}")
         check("scale_rewards", self.scale_rewards is None or self.scale_rewards in SCALES, f"one of {SCALES}")

@@ -11,13 +11,15 @@ One iteration, top to bottom (``Trainer.iteration``):
 3. Score the groups (``filter_metric``: the std of their returns by default) and keep them by ``filter``
    (``trainers.filtering``, RAGEN's selection rules); stop after ``filter_empty_stop`` empty ones in a row.
 4. Advantages: GAE over generated tokens (PPO) or group-relative (GRPO, DAPO, Dr. GRPO).
-5. ``ppo_epochs`` x ``num_minibatches`` optimizer steps on the kept groups only.
+5. ``ppo_epochs`` passes over the kept groups in minibatches of ``mini_batch_size`` sequences.
 
-Filtering and step size: every loss is an average (over tokens, sequences, or a constant per kept
-sequence for Dr. GRPO), so its gradient does not shrink when fewer groups are kept, and the number
-of optimizer steps per iteration stays ``ppo_epochs * num_minibatches``: filtering shrinks the
-effective minibatch, not the step (the paper's rho-scaled loss with a rho-shrunk minibatch amounts
-to the same). A batch where nothing is kept (all scores 0 under top_p) is skipped and logged so.
+Filtering and step size: as in RAGEN's released code, the minibatch has a fixed size: the kept
+sequences are padded with random copies (``batch_adjust="copy"``) to a multiple of
+``mini_batch_size`` and split, so keeping fewer groups means fewer optimizer steps and a shorter
+iteration (the paper's 26-41% shorter steps). Every loss is an average (over tokens, sequences, or a
+constant per sequence for Dr. GRPO). ``mini_batch_size=None`` instead keeps ``num_minibatches`` steps
+per epoch whatever the filter kept (filtering then shrinks each minibatch, not the number of steps).
+A batch where nothing is kept (all scores 0 under top_p) is skipped and logged so.
 
 Several processes (``torchrun --nproc_per_node N -m ragen_envs.cli train ...``) train data-parallel
 with PyTorch's DistributedDataParallel: each rank rolls out its own P groups (its own seeds), the
@@ -394,7 +396,7 @@ class Trainer:
         steps = []  # per optimizer step: the loss parts summed over its micro-batches
         for _ in range(cfg.ppo_epochs):
             order = [chosen[j] for j in torch.randperm(len(chosen), generator=shuffle).tolist()]
-            for minibatch in np.array_split(np.array(order, dtype=int), cfg.num_minibatches):
+            for minibatch in self._minibatches(order, shuffle):
                 masks = [batches[i // mb].mask[i % mb] for i in minibatch]
                 # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
                 # must run as many backward passes as the others, or DDP waits forever.
@@ -421,6 +423,27 @@ class Trainer:
         metrics = {key: float(np.mean([s[key] for s in steps if key in s])) for key in keys}
         metrics["loss/updates"] = float(len(steps))
         return metrics
+
+    def _minibatches(self, order: list[int], generator: torch.Generator) -> list[np.ndarray]:
+        """The epoch's minibatches of sample indices. With ``mini_batch_size`` (RAGEN's rule) the kept
+        samples are padded with random copies of themselves (or trimmed, ``batch_adjust="delete"``) to a
+        multiple of it, so the number of steps follows what the filter kept; every rank takes as many
+        steps as the busiest one (an empty minibatch runs an idle pass). Else ``num_minibatches`` splits."""
+        cfg = self.config
+        order = np.array(order, dtype=int)
+        if cfg.mini_batch_size is None:
+            return np.array_split(order, cfg.num_minibatches)
+        size, remainder = cfg.mini_batch_size, len(order) % cfg.mini_batch_size
+        if remainder and cfg.batch_adjust == "delete":
+            order = order[:len(order) - remainder]
+        elif remainder and len(order):
+            missing = size - remainder
+            picks = torch.randint(len(order), (missing,), generator=generator) if missing > len(order) \
+                else torch.randperm(len(order), generator=generator)[:missing]
+            order = np.concatenate([order, order[picks.numpy()]])
+        chunks = [order[i:i + size] for i in range(0, len(order), size)]
+        steps = all_reduce([len(chunks)], self.world)[0]
+        return chunks + [order[:0]] * (steps - len(chunks))
 
     def _idle_backward(self, samples) -> None:
         """A zero-gradient pass, so this rank joins the others' gradient all-reduce."""
