@@ -39,9 +39,8 @@ $(VLLM): pyproject.toml
 # filtering on FrozenLake, a metrics table per iteration, the plot in demo_out/run/metrics.png and the
 # episodes in demo_out/run/report.html. --overwrite replaces the previous demo's run.
 demo: $(DEV)
-	$(VENV)/bin/ragen train --env Ragen/FrozenLake-v0 --algorithm grpo --filter top_p --filter-value 0.9 \
-		--iterations 3 --groups 2 --group-size 4 --max-turns 2 --max-new-tokens 48 --temperature 1.0 \
-		--learning-rate 1e-5 --output-dir demo_out/run --overwrite
+	$(VENV)/bin/ragen train --preset cpu-quick --env Ragen/FrozenLake-v0 --algorithm grpo \
+		--output-dir demo_out/run --overwrite
 	$(VENV)/bin/ragen view demo_out/run
 
 # System packages of some tests, installed where apt-get runs as root; elsewhere those tests are

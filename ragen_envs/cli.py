@@ -164,7 +164,7 @@ def _add_env(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    from trainers.config import TrainerConfig
+    from trainers.config import PRESETS, TrainerConfig
 
     # --debug is taken before or after the command; SUPPRESS keeps a subcommand from resetting it.
     common = argparse.ArgumentParser(add_help=False)
@@ -195,6 +195,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     tr = commands["train"] = sub("train", help="train a policy with PPO, GRPO, DAPO or Dr. GRPO")
     tr.add_argument("--config", default=None,
                     help="a run config (JSON or YAML, e.g. a run's config.json); flags given here override it")
+    tr.add_argument("--preset", default=None, choices=PRESETS,
+                    help="named settings: ragen2-main (RAGEN's main-table run for the --env), cpu-quick (a few "
+                         "minutes on a CPU); --config and flags override it")
     _add_env(tr)
     cli_args.add_config(tr, PolicyConfig, include=TRAIN_POLICY_FIELDS)
     cli_args.add_config(tr, TrainerConfig)
@@ -215,11 +218,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse ``argv``; for ``train --config FILE`` the file's values become the defaults."""
-    from trainers.config import TrainerConfig
+    """Parse ``argv``; for ``train --preset NAME`` and ``--config FILE`` their values become the defaults."""
+    from trainers.config import TrainerConfig, preset
 
     parser, commands = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "train" and args.preset:
+        env = args.env[0].partition(":")[0] if args.env else None
+        commands["train"].set_defaults(**cli_args.flatten(TrainerConfig, preset(args.preset, env)))
+        args = parser.parse_args(argv)
     if args.command == "train" and args.config:
         data = load_run_config(args.config)
         envs, model = data.pop("env", None), data.pop("model", None)

@@ -56,10 +56,10 @@ def field_comments(cls: type) -> dict[str, str]:
             out[name] = comments[number]
             continue
         above, k = [], number - 1
-        while k in comments and lines[k - 1].strip().startswith("#"):
-            above.insert(0, comments[k])
+        while k in comments and lines[k - 1].strip().startswith("#") and not comments[k].startswith("--"):
+            above.insert(0, comments[k])  # up to a section header ("# -- ... --")
             k -= 1
-        if above and not above[0].startswith("--"):
+        if above:
             out[name] = " ".join(above)
     return out
 

@@ -83,3 +83,36 @@ def test_clipped_value_loss_by_hand():
     assert loss.item() == pytest.approx(0.5 * 0.8 ** 2)  # the clipped prediction 1.2 is worse
     loss = alg.clipped_value_loss(torch.tensor([1.5]), torch.tensor([1.0]), torch.tensor([1.0]), clip=0.2)
     assert loss.item() == pytest.approx(0.5 * 0.5 ** 2)
+
+
+@pytest.mark.parametrize("ratio, adv, expected", [
+    (10.0, -1.0, 3.0),   # -min(10 * -1, 1.28 * -1) = 10, capped at -3 * -1 = 3 (verl's clip_ratio_c)
+    (2.0, -1.0, 2.0),    # below the cap: the ordinary clipped loss
+    (10.0, 1.0, -1.28),  # positive advantages are never dual-clipped
+])
+def test_dual_clip_by_hand(ratio, adv, expected):
+    logp = torch.tensor([[math.log(ratio)]])
+    loss, _ = alg.clipped_policy_loss(logp, torch.zeros(1, 1), torch.tensor([[adv]]), 0.2, 0.28, dual_clip=3.0)
+    assert loss.item() == pytest.approx(expected)
+
+
+def test_seq_mean_token_sum_by_hand():
+    # Two sequences with 3 and 1 generated tokens: (1 + 2 + 3 + 4) / 2 sequences, whatever the lengths.
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    norm = alg.Normalizer(sequences=2, tokens=4, max_length=3)
+    assert alg.aggregate(per_token, mask, "seq_sum", norm).item() == pytest.approx(5.0)
+    assert alg.aggregate(per_token, mask, "grpo", norm).item() == pytest.approx((2.0 + 4.0) / 2)
+
+
+@pytest.mark.parametrize("algorithm, advantage, loss_type, scale", [
+    ("ppo", "gae", "dapo", "none"), ("dapo", "gae", "dapo", "none"),
+    ("grpo", "group", "grpo", "group"), ("drgrpo", "group", "seq_sum", "none")])
+def test_algorithm_defaults_follow_ragens_main_table(algorithm, advantage, loss_type, scale):
+    from trainers import TrainerConfig
+
+    cfg = TrainerConfig(algorithm=algorithm)
+    assert (cfg.advantage, cfg.loss_type, cfg.scale_rewards) == (advantage, loss_type, scale)
+    assert (cfg.epsilon, cfg.epsilon_high, cfg.dual_clip, cfg.beta, cfg.entropy_coef) == (0.2, 0.28, 3.0, 0.0, 0.001)
+    assert (cfg.learning_rate, cfg.critic_learning_rate, cfg.critic) == (1e-6, 1e-5, "separate")
+    assert TrainerConfig(algorithm=algorithm, advantage="group").advantage == "group"  # each is an option

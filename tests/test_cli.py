@@ -268,3 +268,26 @@ def test_list_says_which_envs_lack_their_extra(capsys, monkeypatch):
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert 'pip install "ragen-envs[search]"' in lines["Ragen/SearchQA-v0"]
     assert " yes " in lines["Ragen/Countdown-v0"]
+
+
+def test_presets_set_the_defaults_and_flags_override_them():
+    from ragen_envs import cli_args
+    from trainers import TrainerConfig
+
+    args = parse(["train", "--preset", "ragen2-main", "--env", "Ragen/WebShop-v0", "--algorithm", "ppo"])
+    cfg = cli_args.build(TrainerConfig, args)
+    r = cfg.rollout
+    assert (r.n_groups, r.group_size, r.chat.max_turns, r.chat.max_actions_per_turn, r.sampling.max_new_tokens) == \
+        (8, 16, 9, 1, 400)
+    assert (cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.mini_batch_size, cfg.num_iterations) == \
+        ("top_p", 0.9, "softmax", 32, 400)
+    assert cfg.advantage == "gae" and cfg.critic == "separate"
+    countdown = TrainerConfig.from_preset("ragen2-main", "Ragen/Countdown-v0")
+    assert (countdown.rollout.chat.max_turns, countdown.rollout.chat.max_actions_per_turn) == (1, 1)
+    math = TrainerConfig.from_preset("ragen2-main", "Ragen/MetaMathQA-v0")
+    assert math.rollout.env_kwargs == {"Ragen/MetaMathQA-v0": {"max_attempts": 1}}  # RAGEN's one answer
+    quick = cli_args.build(TrainerConfig, parse(["train", "--preset", "cpu-quick", "--env", "Ragen/FrozenLake-v0",
+                                                 "--iterations", "5"]))
+    assert quick.num_iterations == 5 and quick.rollout.group_size == 4 and quick.mini_batch_size == 8
+    with pytest.raises(SystemExit):
+        parse(["train", "--preset", "huge", "--env", "Ragen/FrozenLake-v0"])

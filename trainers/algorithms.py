@@ -6,7 +6,9 @@ observation and other environment tokens are 0 and never contribute to a loss).
 Loss aggregation (``loss_type``, TRL's names):
 - ``"grpo"``: mean over each sequence's tokens, then over sequences (GRPO's length normalisation);
 - ``"dapo"`` / ``"bnpo"``: sum over all tokens of the batch / number of tokens (token level, also PPO);
-- ``"dr_grpo"``: sum over all tokens / (number of sequences x max response length), a constant.
+- ``"dr_grpo"``: sum over all tokens / (number of sequences x max response length), a constant;
+- ``"seq_sum"``: sum over each sequence's tokens, mean over sequences (verl's "seq-mean-token-sum",
+  what RAGEN's Dr. GRPO runs use).
 ``aggregate`` takes the normalisers of the whole minibatch, so gradient accumulation over
 micro-batches adds up to exactly the minibatch loss.
 """
@@ -91,16 +93,24 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, norm:
         return (per_token * m).sum() / max(norm.tokens, 1)
     if loss_type == "dr_grpo":
         return (per_token * m).sum() / max(norm.sequences * norm.max_length, 1)
+    if loss_type == "seq_sum":
+        return (per_token * m).sum() / max(norm.sequences, 1)
     raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
 
 
 def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                        eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per token: -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A), and whether it was clipped."""
+                        eps_low: float, eps_high: float, dual_clip: float | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A), and whether it was clipped.
+    ``dual_clip`` c (verl's clip_ratio_c): where A < 0 the loss is also capped at -c A, so a huge ratio
+    on a bad token cannot blow the step up."""
     ratio = torch.exp(logp - old_logp)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * advantages
-    return -torch.min(unclipped, clipped), (clipped < unclipped).float()
+    loss = -torch.min(unclipped, clipped)
+    if dual_clip is not None:
+        loss = torch.where(advantages < 0, torch.minimum(loss, -dual_clip * advantages), loss)
+    return loss, (clipped < unclipped).float()
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,

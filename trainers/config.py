@@ -11,16 +11,28 @@ from trainers.filtering import METRICS, ORDERS, PROB_MODES, STRATEGIES
 
 # The option sets live here, not beside their torch code, so the CLI builds its parser without torch.
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
-LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo")  # loss aggregations of trainers.algorithms.aggregate
+LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo", "seq_sum")  # loss aggregations of trainers.algorithms.aggregate
+ADVANTAGES = ("gae", "group")
+CRITICS = ("separate", "shared")
 SCALES = ("group", "batch", "none")
 PRECISIONS = ("auto", "bf16", "no")
 
-# Per algorithm: the defaults of the fields left as None.
+# Per algorithm: the defaults of the fields left as None, from RAGEN's main-table runs
+# (scripts/runs/run_main_table_diff_algo.sh over config/base.yaml):
+#
+# | ours   | RAGEN's run | advantage           | loss aggregation (verl)       | clip high | KL  |
+# |--------|-------------|---------------------|-------------------------------|-----------|-----|
+# | ppo    | PPO         | GAE with a critic   | token-mean ("dapo")           | 0.28      | off |
+# | dapo   | DAPO        | GAE with a critic   | token-mean ("dapo")           | 0.28      | off |
+# | grpo   | GRPO        | group, / group std  | seq-mean-token-mean ("grpo")  | 0.28      | off |
+# | drgrpo | DrGRPO      | group, no std       | seq-mean-token-sum ("seq_sum")| 0.28      | off |
+#
+# All: clip low 0.2, dual clip 3, entropy bonus 0.001, learning rate 1e-6 (critic 1e-5), gamma = lambda = 1.
 ALGORITHM_DEFAULTS = {
-    "ppo": {"loss_type": "dapo", "scale_rewards": "none", "epsilon_high": None, "beta": 0.001},
-    "grpo": {"loss_type": "grpo", "scale_rewards": "group", "epsilon_high": None, "beta": 0.001},
-    "dapo": {"loss_type": "dapo", "scale_rewards": "group", "epsilon_high": 0.28, "beta": 0.0},
-    "drgrpo": {"loss_type": "dr_grpo", "scale_rewards": "none", "epsilon_high": None, "beta": 0.001},
+    "ppo": {"advantage": "gae", "loss_type": "dapo", "scale_rewards": "none"},
+    "dapo": {"advantage": "gae", "loss_type": "dapo", "scale_rewards": "none"},
+    "grpo": {"advantage": "group", "loss_type": "grpo", "scale_rewards": "group"},
+    "drgrpo": {"advantage": "group", "loss_type": "seq_sum", "scale_rewards": "none"},
 }
 
 
@@ -40,7 +52,7 @@ class TrainerConfig:
 
     # -- optimisation ------------------------------------------------------------------------
     learning_rate: float = 1e-6  # policy learning rate (AdamW)
-    critic_learning_rate: float = 1e-5  # PPO value head learning rate
+    critic_learning_rate: float = 1e-5  # critic learning rate (value head, and its trunk when separate)
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient clipping
     ppo_epochs: int = 1  # passes over each batch (TRL's num_iterations, mu)
@@ -59,16 +71,24 @@ class TrainerConfig:
     mixed_precision: Literal[PRECISIONS] = "auto"
 
     # -- the objective -----------------------------------------------------------------------
-    epsilon: float = 0.2  # lower clip of the ratio (and upper, unless epsilon_high)
-    epsilon_high: float | None = None  # upper clip; None: algorithm default (DAPO 0.28, else epsilon)
-    beta: float | None = None  # KL(pi || ref) coefficient, k3 estimator; None: 0.001, DAPO 0
-    entropy_coef: float = 0.0  # entropy bonus coefficient
-    loss_type: Literal[LOSS_TYPES] | None = None  # grpo | dapo | bnpo | dr_grpo; None: algorithm default
-    scale_rewards: Literal[SCALES] | None = None  # group | batch | none; None: algorithm default
+    # advantages: gae (a critic) | group (group-relative); None: the algorithm's (the table in trainers/config.py)
+    advantage: Literal[ADVANTAGES] | None = None
+    # with gae: the critic is a separate copy of the model with a value head (RAGEN/verl), or a value
+    # head on the policy's own trunk
+    critic: Literal[CRITICS] = "separate"
+    critic_backprop: bool = False  # shared critic only: let the value loss train the policy's trunk too
+    epsilon: float = 0.2  # lower clip of the ratio
+    epsilon_high: float | None = 0.28  # upper clip (RAGEN's clip_ratio_high); None: epsilon
+    dual_clip: float | None = 3.0  # cap of the loss at -c A where A < 0 (verl's clip_ratio_c); None: off
+    beta: float = 0.0  # KL(pi || ref) coefficient, k3 estimator (RAGEN's runs: off)
+    entropy_coef: float = 0.001  # entropy bonus coefficient (RAGEN's entropy_coeff)
+    # grpo | dapo | bnpo | dr_grpo | seq_sum; None: the algorithm's (the table in trainers/config.py)
+    loss_type: Literal[LOSS_TYPES] | None = None
+    scale_rewards: Literal[SCALES] | None = None  # group | batch | none; None: the algorithm's
     gamma: float = 1.0  # PPO discount (RAGEN uses 1)
     lam: float = 1.0  # PPO GAE lambda (RAGEN uses 1)
-    vf_coef: float = 0.5  # PPO value loss weight
-    cliprange_value: float = 0.2  # PPO value clipping
+    vf_coef: float = 0.5  # value loss weight (gae)
+    cliprange_value: float = 0.5  # value clipping (verl's critic default)
 
     # -- SNR-aware filtering (trainers/filtering.py: RAGEN's released selection rules) --------
     filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k | top_k_abs | min_p
@@ -119,7 +139,10 @@ class TrainerConfig:
         for name in ("weight_decay", "entropy_coef", "vf_coef", "cliprange_value"):
             check(name, getattr(self, name) >= 0, ">= 0")
         check("epsilon_high", self.epsilon_high is None or self.epsilon_high > 0, "> 0 or None")
-        check("beta", self.beta is None or self.beta >= 0, ">= 0 or None")
+        check("dual_clip", self.dual_clip is None or self.dual_clip > 1, "> 1 or None")
+        check("beta", self.beta >= 0, ">= 0")
+        check("advantage", self.advantage is None or self.advantage in ADVANTAGES, f"one of {ADVANTAGES}")
+        check("critic", self.critic in CRITICS, f"one of {CRITICS}")
         check("gamma", 0 <= self.gamma <= 1, "in [0, 1]")
         check("lam", 0 <= self.lam <= 1, "in [0, 1]")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
@@ -132,17 +155,19 @@ class TrainerConfig:
         check("loss_type", self.loss_type is None or self.loss_type in LOSS_TYPES, f"one of {LOSS_TYPES}")
         check("scale_rewards", self.scale_rewards is None or self.scale_rewards in SCALES, f"one of {SCALES}")
         defaults = ALGORITHM_DEFAULTS[self.algorithm]
-        if self.loss_type is None:
-            self.loss_type = defaults["loss_type"]
-        if self.scale_rewards is None:
-            self.scale_rewards = defaults["scale_rewards"]
+        for name in ("advantage", "loss_type", "scale_rewards"):
+            if getattr(self, name) is None:
+                setattr(self, name, defaults[name])
         if self.epsilon_high is None:
-            self.epsilon_high = defaults["epsilon_high"] or self.epsilon
-        if self.beta is None:
-            self.beta = defaults["beta"]
+            self.epsilon_high = self.epsilon
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_preset(cls, name: str, env: str | None = None, **overrides) -> "TrainerConfig":
+        """A preset's config (``preset``), with top-level fields overridden by ``overrides``."""
+        return cls.from_dict({**preset(name, env), **overrides})
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainerConfig":
@@ -154,3 +179,34 @@ class TrainerConfig:
         rollout["chat"] = ChatEnvConfig(**rollout.get("chat", {}))
         rollout["sampling"] = SamplingConfig(**rollout.get("sampling", {}))
         return cls(**data, rollout=RolloutConfig(**rollout))
+
+
+# Named settings: nested dicts of TrainerConfig fields (the shape of a run's config.json).
+# "ragen2-main" is RAGEN's main-table run (config/base.yaml, the per-env configs and
+# scripts/runs/run_main_table_diff_algo.sh): P = 8 groups x G = 16, 400 tokens a turn, 5 turns of up to
+# 2 actions (10 actions an episode) for the games, one answer for Countdown and MetaMathQA (its config
+# allows one action), 9 turns of one action for WebShop; top-p 0.9 over the softmax of the groups' reward
+# std, mini-batches of 32, 400 iterations. "cpu-quick" is a few minutes on 2 CPU cores (`make demo`).
+MAIN_TABLE_TURNS = {"Ragen/Countdown-v0": (1, 1), "Ragen/MetaMathQA-v0": (1, 1), "Ragen/WebShop-v0": (9, 1)}
+MAIN_TABLE_ENV_KWARGS = {"Ragen/MetaMathQA-v0": {"max_attempts": 1}, "Ragen/SokobanCoord-v0": {"max_steps": 10},
+                         "Ragen/Sokoban-v0": {"max_steps": 10}, "Ragen/FrozenLakeCoord-v0": {"max_steps": 10},
+                         "Ragen/FrozenLake-v0": {"max_steps": 10}}
+PRESETS = ("ragen2-main", "cpu-quick")
+
+
+def preset(name: str, env: str | None = None) -> dict:
+    """The settings of preset ``name`` for ``env`` (the run's single env, for per-env settings)."""
+    if name == "cpu-quick":
+        return {"num_iterations": 3, "filter": "top_p", "filter_value": 0.9, "learning_rate": 1e-5,
+                "mini_batch_size": 8, "mi_every": 1,
+                "rollout": {"n_groups": 2, "group_size": 4, "chat": {"max_turns": 2},
+                            "sampling": {"max_new_tokens": 48, "temperature": 1.0}}}
+    if name == "ragen2-main":
+        turns, actions = MAIN_TABLE_TURNS.get(env, (5, 2))
+        env_kwargs = {env: dict(MAIN_TABLE_ENV_KWARGS[env])} if env in MAIN_TABLE_ENV_KWARGS else {}
+        return {"num_iterations": 400, "filter": "top_p", "filter_value": 0.9, "filter_prob_mode": "softmax",
+                "filter_metric": "std", "include_zero": True, "mini_batch_size": 32, "learning_rate": 1e-6,
+                "rollout": {"n_groups": 8, "group_size": 16, "env_kwargs": env_kwargs,
+                            "chat": {"max_turns": turns, "max_actions_per_turn": actions},
+                            "sampling": {"max_new_tokens": 400, "temperature": 1.0}}}
+    raise ValueError(f"preset must be one of {PRESETS}, got {name!r}")

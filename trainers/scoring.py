@@ -6,13 +6,18 @@ import torch
 
 
 class TokenScorer(torch.nn.Module):
-    """Log-probs and entropies of the target tokens at the sampling temperature (and PPO values), as
+    """Log-probs and entropies of the target tokens at the sampling temperature (and critic values), as
     (B, T-1) tensors. The LM head runs on generated positions only. One module, so that DDP wraps
-    everything a loss depends on."""
+    everything a loss depends on.
 
-    def __init__(self, model, value_head=None, temperature: float = 1.0):
+    Values come from ``value_head`` on ``critic_trunk``'s hidden states (a separate critic model), or
+    on the policy's own (a shared trunk; ``detach_value`` keeps the value loss out of the policy)."""
+
+    def __init__(self, model, value_head=None, temperature: float = 1.0, critic_trunk=None,
+                 detach_value: bool = False):
         super().__init__()
         self.model, self.value_head, self.temperature = model, value_head, max(temperature, 1e-6)
+        self.critic_trunk, self.detach_value = critic_trunk, detach_value
 
     def forward(self, ids, attention, mask, targets):
         hidden = self.model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
@@ -25,6 +30,11 @@ class TokenScorer(torch.nn.Module):
         entropy[mask] = -(logp_all.exp() * logp_all).sum(-1)
         value = None
         if self.value_head is not None:
+            if self.critic_trunk is not None:
+                trunk = self.critic_trunk.base_model(input_ids=ids, attention_mask=attention).last_hidden_state
+                features = trunk[:, :-1][mask]
+            else:
+                features = selected.detach() if self.detach_value else selected
             value = torch.zeros(mask.shape, device=ids.device)
-            value[mask] = self.value_head(selected.float())[:, 0]
+            value[mask] = self.value_head(features.float())[:, 0]
         return logp, entropy, value

@@ -106,15 +106,19 @@ class Trainer:
         self.runner = RolloutRunner(mix, self.rollout_policy,
                                     replace(cfg.rollout, seed=cfg.rollout.seed + self.rank * RANK_SEED_STRIDE))
         hidden = self.model.config.hidden_size
-        self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if cfg.algorithm == "ppo" else None
+        gae = cfg.advantage == "gae"
+        self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if gae else None
         if self.value_head is not None:
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
+        # RAGEN's (verl's) critic is a model of its own, started from the same weights.
+        self.critic_trunk = copy.deepcopy(self.model).train() if gae and cfg.critic == "separate" else None
         self.ref_scorer = None  # the frozen initial model, for the KL term
         if cfg.beta > 0:
             reference = copy.deepcopy(self.model).eval().requires_grad_(False)
             self.ref_scorer = TokenScorer(reference, None, cfg.rollout.sampling.temperature)
-        self.scorer = TokenScorer(self.model, self.value_head, cfg.rollout.sampling.temperature)
+        self.scorer = TokenScorer(self.model, self.value_head, cfg.rollout.sampling.temperature,
+                                  critic_trunk=self.critic_trunk, detach_value=not cfg.critic_backprop)
         self.train_scorer = self.scorer
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -123,7 +127,8 @@ class Trainer:
             self.train_scorer = DistributedDataParallel(self.scorer, device_ids=ids)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.value_head is not None:
-            groups.append({"params": self.value_head.parameters(), "lr": cfg.critic_learning_rate})
+            critic = [*self.value_head.parameters(), *(self.critic_trunk.parameters() if self.critic_trunk else [])]
+            groups.append({"params": critic, "lr": cfg.critic_learning_rate})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         # Each scope and family smooths its own sigma.
         self.mi_emas = {name: MIZScoreEMA(variant="code" if name.endswith("_code") else "paper")
@@ -356,7 +361,7 @@ class Trainer:
         result = {}
         if not chosen:
             return result
-        if cfg.algorithm == "ppo":
+        if cfg.advantage == "gae":
             advs, rets = {}, {}
             for i in chosen:
                 b, row = divmod(i, mb)
@@ -469,7 +474,8 @@ class Trainer:
         mask = batch.mask.to(self.device)
         adv = stack([advantages[i][0] for i in indices])
         logp, entropy, values = self._token_outputs(self.train_scorer, batch)
-        policy_tok, clipped = alg.clipped_policy_loss(logp, old_logp, adv, cfg.epsilon, cfg.epsilon_high)
+        policy_tok, clipped = alg.clipped_policy_loss(logp, old_logp, adv, cfg.epsilon, cfg.epsilon_high,
+                                                      cfg.dual_clip)
         loss = alg.aggregate(policy_tok, mask, cfg.loss_type, norm)
         parts = {"loss/policy": loss.item(), "loss/clip_frac": alg.aggregate(clipped, mask, "dapo", norm).item(),
                  "loss/approx_kl": alg.aggregate(old_logp - logp.detach(), mask, "dapo", norm).item()}
@@ -481,7 +487,7 @@ class Trainer:
         parts["loss/entropy"] = ent.item()
         if cfg.entropy_coef:
             loss = loss - cfg.entropy_coef * ent
-        if cfg.algorithm == "ppo":
+        if cfg.advantage == "gae":
             returns = stack([advantages[i][1] for i in indices])
             vloss = alg.aggregate(alg.clipped_value_loss(values, pick("values"), returns, cfg.cliprange_value),
                                   mask, "dapo", norm)
@@ -500,7 +506,8 @@ class Trainer:
             return None
         # The reference model is the initial model, rebuilt from it on resume: not saved again.
         tensors = {"optimizer": self.optimizer.state_dict(),
-                   "value_head": None if self.value_head is None else self.value_head.state_dict()}
+                   "value_head": None if self.value_head is None else self.value_head.state_dict(),
+                   "critic": None if self.critic_trunk is None else self.critic_trunk.state_dict()}
         meta = {"iteration": self.iteration, "calls": self.runner.calls,
                 "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()},
                 "model": self.model_name, "config": asdict(self.config)}
@@ -517,6 +524,8 @@ class Trainer:
             self.optimizer.load_state_dict(tensors["optimizer"])
             if self.value_head is not None:
                 self.value_head.load_state_dict(tensors["value_head"])
+            if self.critic_trunk is not None:
+                self.critic_trunk.load_state_dict(tensors["critic"])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise ValueError(f"checkpoint {path}: its optimizer state does not fit this model and algorithm "
                              f"({str(error).splitlines()[0]})") from None
