@@ -263,3 +263,26 @@ def test_a_shared_critic_trains_the_trunk_only_when_asked(backprop, tokenizer, t
     values.sum().backward()
     trunk_grad = [p.grad for p in model.base_model.parameters() if p.grad is not None]
     assert bool(trunk_grad) == backprop  # detached unless critic_backprop
+
+
+def test_gae_carries_a_later_segments_reward_and_values_back(tokenizer, tmp_path):
+    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path, algorithm="ppo"),
+                      tokenizer=tokenizer)
+
+    def turn(prompt, response):
+        return Turn(prompt_ids=prompt, response_ids=response, logprobs=[0] * len(response), response="",
+                    reasoning=None, actions=[], reward=0, format_ok=True, finish_reason="stop")
+
+    # One trajectory cut by the context cap into 2 segments: generated tokens [3] and then [4, 5].
+    split = Trajectory("x", 0, 0, [], [turn([1, 2], [3]), turn([9], [4, 5])], episode_return=1.0)
+    samples = trajectory_samples(split, 0)
+    batches = [collate(samples, tokenizer.pad_token_id)]
+    mask = batches[0].mask
+    values = torch.zeros_like(mask, dtype=torch.float)
+    values[mask.bool()] = torch.tensor([0.5, 0.25, 0.75])  # V at tokens 3, 4, 5 (generation order)
+    trainer.config.gamma = trainer.config.lam = 1.0
+    adv = trainer._advantages(samples, batches, [{"values": values}], [0, 1])
+    returns = torch.cat([adv[0][1][mask[0].bool()], adv[1][1][mask[1].bool()]])
+    # gamma = lambda = 1: every token's return is the episode's 1.0, the first segment's included
+    # (cut off, it would have returned 0).
+    assert torch.allclose(returns, torch.ones(3))

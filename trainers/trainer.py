@@ -362,13 +362,22 @@ class Trainer:
         if not chosen:
             return result
         if cfg.advantage == "gae":
+            # GAE runs over a trajectory's segments joined in order, so a segment cut by the context cap
+            # bootstraps from the next one's values and gets the rewards that come after it.
             advs, rets = {}, {}
+            by_trajectory: dict[int, list[int]] = {}
             for i in chosen:
-                b, row = divmod(i, mb)
-                batch, st = batches[b], stats[b]
-                a, r = alg.gae(batch.rewards[row:row + 1], st["values"][row:row + 1], batch.mask[row:row + 1],
-                               cfg.gamma, cfg.lam)
-                advs[i], rets[i] = a[0], r[0]
+                by_trajectory.setdefault(samples[i].trajectory, []).append(i)
+            for parts in by_trajectory.values():
+                rewards = torch.cat([batches[i // mb].rewards[i % mb] for i in parts])[None]
+                values = torch.cat([stats[i // mb]["values"][i % mb] for i in parts])[None]
+                mask = torch.cat([batches[i // mb].mask[i % mb] for i in parts])[None]
+                a, r = alg.gae(rewards, values, mask, cfg.gamma, cfg.lam)
+                offset = 0
+                for i in parts:
+                    n = batches[i // mb].mask[i % mb].numel()
+                    advs[i], rets[i] = a[0, offset:offset + n], r[0, offset:offset + n]
+                    offset += n
             flat = torch.cat([advs[i] for i in chosen])
             mask = torch.cat([batches[i // mb].mask[i % mb] for i in chosen])
             white = alg.whiten(flat, mask)
