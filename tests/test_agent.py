@@ -33,7 +33,7 @@ def test_chat_messages_and_rewards():
     assert record.actions == ["Right", "Right"] and record.env_steps == 2  # third action dropped
     assert record.reward == pytest.approx(-0.2) and record.format_ok
     assert [m["role"] for m in chat.messages] == ["system", "user", "assistant", "user"]
-    assert "Reward from your last reply: -0.20." in chat.messages[-1]["content"]
+    assert "Reward:\n-0.2\n" in chat.messages[-1]["content"]
     assert "You have 6 actions left." in chat.messages[-1]["content"]
 
 
@@ -270,6 +270,7 @@ def test_the_think_prefill_and_the_penalty_for_invalid_actions(scripted):
     trajs = RolloutRunner("Ragen/FrozenLake-v0", policy,
                           RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1))).collect()
     turn = trajs[0].turns[0]
+    assert "Max response length: 128 words (tokens)." in trajs[0].messages[1]["content"]  # RAGEN's line
     assert turn.response.startswith("<think>go right") and turn.reasoning == "go right" and turn.think_start == 0
     assert policy.tokenizer.decode(turn.reasoning_ids).strip() == "go right"
     # One invalid and one valid action: RAGEN's rule penalises the turn; the lenient rule does not.

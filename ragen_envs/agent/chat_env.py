@@ -58,10 +58,12 @@ class ChatEnvConfig:
 class ChatEnv:
     """Wraps ``env`` (an env id or a Gymnasium env with text observations) as a chat."""
 
-    def __init__(self, env: str | gym.Env, config: ChatEnvConfig | None = None, **env_kwargs):
+    def __init__(self, env: str | gym.Env, config: ChatEnvConfig | None = None, max_response_tokens: int | None = None,
+                 **env_kwargs):
         self.env = gym.make(env, **env_kwargs) if isinstance(env, str) else env
         self.env_id = env if isinstance(env, str) else self.env.spec.id if self.env.spec else type(env).__name__
         self.config = config or ChatEnvConfig()
+        self.max_response_tokens = max_response_tokens  # said in each turn's prompt when known
         try:
             self.instructions = self.env.get_wrapper_attr("instructions")
             self.valid_actions = self.env.get_wrapper_attr("valid_actions")
@@ -150,7 +152,7 @@ class ChatEnv:
         text = obs["text"] if isinstance(obs, dict) else str(obs)
         c = self.config
         return prompts.turn_prompt(len(self.turns) + 1, text, self.valid_actions, c.max_turns - len(self.turns),
-                                   self.max_actions, c.enable_think, feedback)
+                                   self.max_actions, c.enable_think, feedback, self.max_response_tokens)
 
     def close(self) -> None:
         self.env.close()

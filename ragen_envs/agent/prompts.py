@@ -1,5 +1,10 @@
 """Every text the agent loop shows a model. Change prompts here and nowhere else.
 
+Where it matters for training, the wording follows RAGEN's released code (``ctx_manager.py``): the
+"Max response length" line and the "Reward:" message. Unlike RAGEN, the history stays verbatim
+(RAGEN rewrites past replies into a cleaned <think>/<answer> form): a rewritten history would not be
+the token sequence the model generated, and training replays exactly the tokens it saw.
+
 The wording fits any task: a game with a finite action set (several actions per reply, separated by
 ``||``, and a count of actions left), or an open-text task such as a question with retries, a
 search, a shop or a program (one answer per reply, and a count of replies left). Both wrap the
@@ -27,7 +32,10 @@ EXAMPLE = "For example: {example}"
 TURN = """Turn {turn}:
 {feedback}Observation:
 {observation}
-{budget} {format_reminder}"""
+{budget} {format_reminder}{length}"""
+
+# RAGEN's length line; said only when the reply budget is known (the rollout's max_new_tokens).
+LENGTH = "\nMax response length: {n} words (tokens)."
 
 ACTIONS_LEFT = "You have {n} actions left."
 REPLIES_LEFT = "You have {n} {replies} left."
@@ -38,7 +46,7 @@ REMINDER_THINK = (
 )
 REMINDER_NO_THINK = "Always output: <answer> [{what}] </answer> with no extra text. Strictly follow this format."
 
-FEEDBACK_REWARD = "Reward from your last reply: {reward:+.2f}.\n"
+FEEDBACK_REWARD = "Reward:\n{reward:g}\n"  # RAGEN's reward message
 FEEDBACK_INVALID = "Your last reply was invalid: {why}. Nothing happened (format penalty {penalty:+.2f}).\n"
 FEEDBACK_SOME_INVALID = "Ignored invalid actions: {actions}.\n"
 
@@ -62,12 +70,13 @@ def system_prompt(instructions: str, valid_actions: list[str] | None, max_action
 
 
 def turn_prompt(turn: int, observation: str, valid_actions: list[str] | None, turns_left: int, max_actions: int,
-                enable_think: bool, feedback: str = "") -> str:
+                enable_think: bool, feedback: str = "", max_response_tokens: int | None = None) -> str:
     """The budget left is counted in actions where the action set is finite, else in replies."""
     if valid_actions:
         budget = ACTIONS_LEFT.format(n=turns_left * max_actions)
     else:
         budget = REPLIES_LEFT.format(n=turns_left, replies="reply" if turns_left == 1 else "replies")
     reminder = (REMINDER_THINK if enable_think else REMINDER_NO_THINK).format(what=_what(valid_actions))
+    length = LENGTH.format(n=max_response_tokens) if max_response_tokens else ""
     return TURN.format(turn=turn, feedback=feedback, observation=observation, budget=budget,
-                       format_reminder=reminder)
+                       format_reminder=reminder, length=length)

@@ -128,7 +128,8 @@ class RolloutRunner:
     def _make_envs(self) -> list[ChatEnv]:
         if self._envs is None:  # built once, reset every call
             g = self.config.group_size
-            self._envs = [ChatEnv(env_id, self.config.chat, **self.env_kwargs.get(env_id, {}))
+            self._envs = [ChatEnv(env_id, self.config.chat, self.config.sampling.max_new_tokens,
+                                  **self.env_kwargs.get(env_id, {}))
                           for env_id in self.group_envs for _ in range(g)]
         return self._envs
 
