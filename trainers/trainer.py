@@ -406,7 +406,8 @@ class Trainer:
         self.model.train()
         shuffle = torch.Generator().manual_seed(cfg.rollout.seed * 1_000_003 + self.iteration)
         max_length = cfg.rollout.chat.max_turns * cfg.rollout.sampling.max_new_tokens
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # The policy and the critic clip their gradients apart, as verl's actor and critic do.
+        policy_params, *critic_params = [group["params"] for group in self.optimizer.param_groups]
         steps = []  # per optimizer step: the loss parts summed over its micro-batches
         for _ in range(cfg.ppo_epochs):
             order = [chosen[j] for j in torch.randperm(len(chosen), generator=shuffle).tolist()]
@@ -429,7 +430,10 @@ class Trainer:
                         continue
                     for key, value in self._micro_loss(indices, samples, stats, advantages, norm).items():
                         step[key] = step.get(key, 0.0) + value
-                step["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+                step["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(policy_params, cfg.max_grad_norm))
+                if critic_params:
+                    step["loss/critic_grad_norm"] = float(
+                        torch.nn.utils.clip_grad_norm_(critic_params[0], cfg.max_grad_norm))
                 self.optimizer.step()
                 steps.append(step)
         self.model.eval()
