@@ -17,6 +17,8 @@ remote client, which exposes the same names):
   towards ``max_steps``; the episode is truncated there.
 - ``oracle_action()``: the next action of the env's reference policy (optimal where the env can
   compute it), or None where it knows none; demos, benchmarks and warm starts play it.
+  ``oracle_reasoning()`` says, from the current state, why that action (None where the env has no
+  words for it): the reasoning of warm-start demonstrations, so it differs from state to state.
 - ``info`` at reset and at every step holds ``action_is_valid``, ``action_is_effective`` (the state
   changed) and ``success``; envs add their own keys (``optimal_solution_length`` at reset, ...).
 - Terminal states are absorbing, as in Gymnasium's toy-text envs: after ``terminated``, every step
@@ -90,6 +92,10 @@ class LLMEnv(gym.Env):
     def oracle_action(self) -> str | None:
         """The reference policy's next action from the current state, or None."""
         raise NotImplementedError
+
+    def oracle_reasoning(self) -> str | None:
+        """Why ``oracle_action()`` here, in a sentence or two about the current state; None: no words."""
+        return None
 
     def _extra_info(self) -> dict[str, Any]:
         """Env-specific ``info`` keys of the current state, added at reset and after every step."""

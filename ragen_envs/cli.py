@@ -107,6 +107,20 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_sft(args) -> int:
+    from trainers.config import SFTConfig
+    from trainers.sft import warm_start
+
+    config = cli_args.build(SFTConfig, args)
+    envs = list(parse_env_flags(args.env, 1))
+    policy = cli_args.build(PolicyConfig, args, include=TRAIN_POLICY_FIELDS)
+    record = warm_start(policy.model, envs, config, device=str(policy.device or "cpu"))
+    print(f"{record['demonstrations']} demonstration turns ({record['oracle_share']:.0%} oracle), "
+          f"{record['steps']} steps, loss {record['first_loss']:.3f} -> {record['last_loss']:.3f}; "
+          f"the warm-started model: {config.output_dir} (ragen train --model {config.output_dir})")
+    return 0
+
+
 def cmd_plot(args) -> int:
     from trainers.metrics import plot_run
 
@@ -164,7 +178,7 @@ def _add_env(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    from trainers.config import PRESETS, TrainerConfig
+    from trainers.config import PRESETS, SFTConfig, TrainerConfig
 
     # --debug is taken before or after the command; SUPPRESS keeps a subcommand from resetting it.
     common = argparse.ArgumentParser(add_help=False)
@@ -174,7 +188,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                                      parents=[common])
     parser.add_argument("--version", action="version", version=f"ragen-envs {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                       help="list, eval, train, plot or view; COMMAND --help for its options")
+                                       help="list, eval, train, sft, plot or view; COMMAND --help for its options")
     commands = {}
 
     def sub(name, **kwargs):
@@ -202,6 +216,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     cli_args.add_config(tr, PolicyConfig, include=TRAIN_POLICY_FIELDS)
     cli_args.add_config(tr, TrainerConfig)
     tr.set_defaults(func=cmd_train)
+
+    sf = commands["sft"] = sub("sft", help="warm start: fine-tune a model on the envs' oracle demonstrations")
+    _add_env(sf)
+    cli_args.add_config(sf, PolicyConfig, include=TRAIN_POLICY_FIELDS)
+    cli_args.add_config(sf, SFTConfig)
+    sf.set_defaults(func=cmd_sft)
 
     pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")
     pl.add_argument("run_dir", help="a run folder (its metrics.jsonl)")
@@ -234,7 +254,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args = parser.parse_args(argv)
         if args.env is None and envs:
             args.env = [f"{env_id}:{groups}" for env_id, groups in envs.items()]
-    if args.command in ("eval", "train") and not args.env:
+    if args.command in ("eval", "train", "sft") and not args.env:
         parser.error(f"{args.command}: give at least one --env (`ragen list` shows the catalogue)")
     return args
 

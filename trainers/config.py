@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from trainers import filtering
 from trainers.filtering import METRICS, ORDERS, PROB_MODES, STRATEGIES
@@ -179,6 +180,29 @@ class TrainerConfig:
         rollout["chat"] = ChatEnvConfig(**rollout.get("chat", {}))
         rollout["sampling"] = SamplingConfig(**rollout.get("sampling", {}))
         return cls(**data, rollout=RolloutConfig(**rollout))
+
+
+@dataclass
+class SFTConfig:
+    episodes: int = 200  # oracle episodes per env
+    imperfect: float = 0.3  # share of turns that play a random valid action instead of the oracle's
+    epochs: int = 1  # passes over the demonstrations
+    batch_size: int = 4  # demonstration turns per optimizer step
+    learning_rate: float = 2e-4  # AdamW learning rate
+    freeze_layers: int = 20  # bottom decoder layers kept frozen, with the embeddings (0: train them all)
+    seed: int = 0  # env seeds start here; shuffling and the imperfect turns derive from it
+    output_dir: str = "runs/warm-start"  # the warm-started model (and tokenizer) is saved here
+    # the reply budget each prompt states: the RL run's --max-new-tokens, so prompts match exactly
+    max_new_tokens: int = 128
+    chat: ChatEnvConfig = field(default_factory=ChatEnvConfig)  # turns and format, as in the RL runs
+
+    def __post_init__(self):
+        if self.episodes < 1 or self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("episodes, epochs and batch_size must be >= 1")
+        if not 0 <= self.imperfect <= 1:
+            raise ValueError(f"imperfect must be in [0, 1], got {self.imperfect}")
+        if self.learning_rate <= 0 or self.freeze_layers < 0:
+            raise ValueError("learning_rate must be > 0 and freeze_layers >= 0")
 
 
 # Named settings: nested dicts of TrainerConfig fields (the shape of a run's config.json).

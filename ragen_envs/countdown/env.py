@@ -109,6 +109,14 @@ class CountdownEnv(TextEnv):
             return None
         return self.task.solution or solve(list(self.task.nums), self.task.target)
 
+    def oracle_reasoning(self) -> str | None:
+        action = self.oracle_action()
+        return None if action is None else _reasoning(self.task, action)
+
+
+def _reasoning(task: CountdownTask, expression: str) -> str:
+    return f"I need {task.target} from {list(task.nums)}, each number once. {expression} = {task.target}."
+
 
 def _show(value) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"

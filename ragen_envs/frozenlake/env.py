@@ -204,10 +204,34 @@ class FrozenLakeEnv(GridEnv):
         return str(self.optimal_policy()[self._player])
 
     def oracle_action(self) -> str | None:
-        """The optimal policy's action (``optimal_action``); None once in a hole or on the goal."""
+        """Without slip the first move of a shortest path; with slip the optimal policy's action
+        (``optimal_action``), which maximises the chance of arriving (and can take a detour, since
+        every arrival within the horizon counts the same). None once in a hole or on the goal."""
         if self._holes[self._player] or self._player == self._goal:
             return None
+        if self.slip == 0:
+            path = self.shortest_path()
+            if path:
+                return path[0]
         return self.optimal_action()
+
+    def oracle_reasoning(self) -> str | None:
+        """Where the player, the goal and the nearby holes are, and where the oracle's move leads."""
+        action = self.oracle_action()
+        if action is None:
+            return None
+        (r, c), (gr, gc) = self._player, self._goal
+        dr, dc = DIRECTIONS[action]
+        nr, nc = r + dr, c + dc
+        near = [(r + a, c + b) for a, b in DIRECTIONS.values()
+                if 0 <= r + a < self.size and 0 <= c + b < self.size and self._holes[r + a, c + b]]
+        holes = f" Holes next to me: {format_cells(near)}." if near else " No hole is next to me."
+        target = "the goal" if (nr, nc) == self._goal else f"({nr}, {nc})"
+        path = self.shortest_path()
+        left = f" {len(path)} move{'s' if len(path) > 1 else ''} to go." if path else ""
+        slip = " The ice is slippery, so I keep away from holes." if self.slip else ""
+        return (f"I am at ({r}, {c}) and the goal is at ({gr}, {gc}).{holes} {action} takes me to "
+                f"{target}.{left}{slip}")
 
     # -- views -----------------------------------------------------------------------------------
     def _tile_codes(self) -> np.ndarray:

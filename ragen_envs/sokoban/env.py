@@ -183,6 +183,26 @@ class SokobanEnv(GridEnv):
         plan = self.solve()
         return plan[0] if plan else None
 
+    def oracle_reasoning(self) -> str | None:
+        """Where the player, the boxes and the targets are, and what the solver's next move does."""
+        plan = self.solve()
+        if not plan:
+            return None
+        level = self._level
+
+        def at(flat):
+            return "(%d, %d)" % divmod(flat, level.cols)
+
+        action = plan[0]
+        dr, dc = DIRECTIONS[action]
+        dest = self._player + dr * level.cols + dc
+        boxes = ", ".join(at(b) for b in sorted(self._boxes))
+        targets = ", ".join(at(t) for t in sorted(level.targets))
+        effect = (f"pushes the box at {at(dest)} to {at(dest + dr * level.cols + dc)}" if dest in self._boxes
+                  else f"moves me to {at(dest)}")
+        return (f"I am at {at(self._player)}; boxes at {boxes}; targets at {targets}. {action} {effect}. "
+                f"{len(plan)} move{'s solve' if len(plan) > 1 else ' solves'} it.")
+
     # -- views -----------------------------------------------------------------------------------
     def _tile_codes(self) -> np.ndarray:
         level = self._level

@@ -1,0 +1,58 @@
+"""The warm start: oracle demonstrations in the RL format, with state-dependent reasoning."""
+
+import pytest
+
+from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, parse_response
+from trainers.config import SFTConfig
+from trainers.sft import demonstrations, warm_start
+
+
+@pytest.mark.parametrize("env_id", ["Ragen/FrozenLake-v0", "Ragen/Sokoban-v0", "Ragen/Countdown-v0"])
+def test_demonstrations_are_oracle_replies_in_the_rl_format(env_id, tokenizer):
+    demos = demonstrations([env_id], tokenizer, SFTConfig(episodes=12, imperfect=0.0))
+    assert demos and all(d.oracle for d in demos)
+    firsts = {}
+    for d in demos:
+        reply = "<think>" + tokenizer.decode(d.response_ids, skip_special_tokens=True)
+        parsed = parse_response(reply, 2, True, split=env_id != "Ragen/Countdown-v0")
+        assert parsed.format_ok and parsed.reasoning
+        firsts.setdefault(d.seed, (tokenizer.decode(d.prompt_ids), parsed.reasoning))
+    # The reasoning follows the state: different first boards, different first reasonings.
+    boards = {prompt for prompt, _ in firsts.values()}
+    reasonings = {reasoning for _, reasoning in firsts.values()}
+    assert len(reasonings) == len(boards) > 6
+
+
+def test_a_demonstration_prompt_is_the_rl_prompt(tokenizer, scripted):
+    sft = SFTConfig(episodes=1, imperfect=0.0, chat=ChatEnvConfig(max_turns=1))
+    demo = demonstrations(["Ragen/FrozenLake-v0"], tokenizer, sft)[0]
+    runner = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]),
+                           RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1)))
+    assert runner.collect()[0].turns[0].prompt_ids == demo.prompt_ids  # same template, prefill included
+
+
+def test_the_imperfect_share(tokenizer):
+    demos = demonstrations(["Ragen/FrozenLake-v0"], tokenizer, SFTConfig(episodes=40, imperfect=0.5))
+    share = sum(not d.oracle for d in demos) / len(demos)
+    assert 0.3 < share < 0.7
+    guesses = [tokenizer.decode(d.response_ids) for d in demos if not d.oracle]
+    assert all("I try" in g for g in guesses)
+
+
+def test_warm_start_lowers_the_loss_and_saves_a_model_eval_can_load(tiny_model, tokenizer, tmp_path):
+    import copy
+
+    from ragen_envs.agent.backends.transformers import TransformersPolicy
+
+    cfg = SFTConfig(episodes=3, imperfect=0.0, epochs=4, batch_size=2, learning_rate=3e-3, freeze_layers=0,
+                    output_dir=str(tmp_path / "warm"))
+    record = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], cfg, tokenizer=tokenizer)
+    assert record["last_loss"] < record["first_loss"]
+    policy = TransformersPolicy(str(tmp_path / "warm"), device="cpu")
+    assert policy.model.config.hidden_size == tiny_model.config.hidden_size
+    assert (tmp_path / "warm" / "warm_start.json").is_file()
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="imperfect"):
+        SFTConfig(imperfect=1.5)
