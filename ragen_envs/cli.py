@@ -41,18 +41,23 @@ def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
 
 
 # Table columns: (header, key of ragen_envs.agent.trajectory.summarize)
-COLUMNS = [("episodes", "episodes"), ("success", "success"), ("return", "return_mean"),
-           ("format_valid", "format_valid"), ("turns", "turns"), ("response_tokens", "response_length")]
+COLUMNS = [("episodes", "episodes"), ("success", "success"), ("random", "random_success"),
+           ("return", "return_mean"), ("format_valid", "format_valid"), ("turns", "turns"),
+           ("response_tokens", "response_length")]
 
 
-def summarize(trajectories) -> dict[str, dict[str, float]]:
-    """Per env: the rollout summary (success rate, mean return, format validity, turns, tokens)."""
+def summarize(trajectories, chat) -> dict[str, dict[str, float]]:
+    """Per env: the rollout summary (success rate, mean return, format validity, turns, tokens), and the
+    success of random valid actions on the same episodes (nan for open-text envs)."""
+    from ragen_envs.agent.baseline import random_success
     from ragen_envs.agent.trajectory import summarize as summary
 
+    chance = random_success(trajectories, chat)
     by_env = defaultdict(list)
     for t in trajectories:
         by_env[t.env_id].append(t)
-    return {env_id: summary(trajs) for env_id, trajs in by_env.items()}
+    return {env_id: {**summary(trajs), "random_success": chance.get(env_id, float("nan"))}
+            for env_id, trajs in by_env.items()}
 
 
 def print_table(table: dict[str, dict[str, float]]) -> None:
@@ -83,7 +88,7 @@ def cmd_eval(args) -> int:
     bar = _progress(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active))
     bar(config.chat.max_turns, 0)
-    print_table(summarize(trajectories))
+    print_table(summarize(trajectories, config.chat))
     if args.save:
         save_jsonl(trajectories, args.save)
         print(f"trajectories saved to {args.save}")

@@ -283,3 +283,17 @@ def test_the_think_prefill_and_the_penalty_for_invalid_actions(scripted):
     off = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<think>a</think><answer>Up</answer>"]),
                         RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1, prefill_think=False)))
     assert not off.collect()[0].turns[0].response.startswith("<think><think>")
+
+
+def test_the_random_baseline_plays_the_same_episodes(scripted):
+    from ragen_envs.agent.baseline import random_success
+
+    config = RolloutConfig(n_groups=40, group_size=2, chat=ChatEnvConfig(max_turns=3),
+                           env_kwargs={"Ragen/FrozenLake-v0": {"size": 3}})
+    runner = RolloutRunner({"Ragen/FrozenLake-v0": 40, "Ragen/Countdown-v0": 2}, scripted(["<answer>Up</answer>"]),
+                           config)
+    trajs = runner.collect()
+    chance = random_success(trajs, config.chat, seed=1)
+    assert set(chance) == {"Ragen/FrozenLake-v0"}  # open-text envs have no random valid action
+    assert 0.05 < chance["Ragen/FrozenLake-v0"] < 0.7  # 3x3 maps, 6 random moves: sometimes
+    assert random_success(trajs, config.chat, seed=1) == chance  # seeded

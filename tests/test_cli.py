@@ -37,7 +37,7 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
     assert [line.split(" ...")[0] for line in steps] == [f"loading model {model_dir}", "writing checkpoint-2"]
     assert all(re.search(r" \.\.\. done \([0-9.]+ s(, \d+ MB)?\)$", line) for line in steps), steps
     table = out.splitlines()
-    assert table[0].split()[:3] == ["it", "success", "format"]
+    assert table[0].split()[:4] == ["it", "success", "random", "format"]
     assert [line.split()[0] for line in table[1:3]] == ["1", "2"] and table[3].startswith("run folder:")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     saved = json.loads((run / "config.json").read_text())  # the resolved config, to repeat the run

@@ -31,8 +31,9 @@ def test_the_printed_table_uses_the_documented_labels(tmp_path):
 def records(n=4, mi=True):
     out = []
     for i in range(1, n + 1):
-        r = {"iteration": i, "rollout/success": 0.5, "rollout/format_valid": 0.5, "policy/token_entropy": 2.0 - i / 10,
-             "filter/rv_mean": 0.1, "filter/rv_std_over_mean": 1.5, "filter/kept_ratio": 0.5}
+        r = {"iteration": i, "rollout/success": 0.5, "rollout/format_valid": 0.5, "rollout/random_success": 0.2,
+             "policy/token_entropy": 2.0 - i / 10, "filter/rv_mean": 0.1, "filter/rv_std_over_mean": 1.5,
+             "filter/kept_ratio": 0.5}
         if mi:
             r.update({"mi/retrieval_acc": 0.9 - i / 10, "mi/retrieval_chance": 0.25, "mi/mi_est": 0.3})
         out.append(r)
@@ -49,7 +50,7 @@ def test_the_plot_has_integer_ticks_labels_a_title_and_says_when_a_panel_is_empt
     ticks = [t for t in task.get_xticks() if 1 <= t <= 4]
     assert ticks and all(float(t).is_integer() for t in ticks)
     assert task.get_ylim() == pytest.approx((-0.05, 1.05))
-    success, format_valid = task.get_lines()
+    success, _, format_valid = task.get_lines()  # success, the random baseline (if logged), format
     # Equal values: success is drawn above format, so it stays visible.
     assert success.get_label() == "success" and success.get_zorder() > format_valid.get_zorder()
     assert [t.get_text() for t in axes["Retrieval"].texts] == ["no data"]

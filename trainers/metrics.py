@@ -29,6 +29,8 @@ METRICS = [
     Metric("iteration", "it", "rollout -> filter -> update cycles done, resumed ones included", "", table=True),
     Metric("rollout/success", "success", "share of episodes the env marked solved", "flat or falling while "
            "format rises: the template is learned, the task is not", "Task", True),
+    Metric("rollout/random_success", "random", "success of random valid actions on the same episodes (the "
+           "chance level; envs with a finite action set)", "", "Task", True),
     Metric("rollout/format_valid", "format", "share of replies with the <think>/<answer> format and a valid "
            "action", "high on its own says nothing about reasoning", "Task", True),
     Metric("rollout/return_mean", "return", "mean episode return: env rewards plus format penalties", "",
@@ -213,7 +215,8 @@ def draw(records: list[dict], title: str):
             y = [r.get(m.key, math.nan) for r in records]
             if all(v is None or math.isnan(v) for v in y):
                 continue
-            style = {"linestyle": "--", "color": "grey"} if m.key == "mi/retrieval_chance" else {"marker": "o"}
+            chance = m.key in ("mi/retrieval_chance", "rollout/random_success")
+            style = {"linestyle": "--", "color": "grey"} if chance else {"marker": "o"}
             # Later lines draw on top and thinner: the first of a panel (success over format) stays visible.
             ax.plot(x, y, label=m.label, zorder=10 - order, linewidth=2.6 - 0.7 * order, markersize=5 - order,
                     **style)

@@ -45,6 +45,7 @@ import torch
 
 from ragen_envs.agent import RolloutRunner, progress
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
+from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.default_model import load_model
 from ragen_envs.agent.rollout import check_envs
 from ragen_envs.agent.trajectory import save_jsonl, summarize
@@ -206,6 +207,9 @@ class Trainer:
         self.model.eval()
         trajectories = self.runner.collect()
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items() if k != "episodes"}
+        chance = random_success(trajectories, cfg.rollout.chat, cfg.rollout.seed + self.iteration)
+        if chance:  # the chance level on the same episodes (envs with a finite action set)
+            metrics["rollout/random_success"] = float(np.mean(list(chance.values())))
         metrics["time/rollout_s"] = time.perf_counter() - start
         self._save_rollouts(trajectories)
 
