@@ -29,3 +29,17 @@ def test_an_oracle_agent_succeeds_through_chatenv(env_id):
         results.append((chat.success, chat.episode_return))
     assert all(success for success, _ in results), results
     assert all(r == pytest.approx(1.0) for _, r in results)
+
+
+@pytest.mark.parametrize("env_id", env_params([e for e in TEXT_IDS if e != "Ragen/DeepCoder-v0"]))
+def test_the_oracles_reasoning_follows_the_state(env_id):
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    firsts = []
+    for seed in range(8):
+        env.reset(seed=seed)
+        reasoning = env.unwrapped.oracle_reasoning()
+        assert reasoning and env.unwrapped.oracle_action() is not None
+        firsts.append(reasoning)
+    assert len(set(firsts)) >= 6  # a warm start on these does not teach one template

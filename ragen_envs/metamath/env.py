@@ -105,3 +105,9 @@ class MetaMathQAEnv(TextEnv):
 
     def oracle_action(self) -> str | None:
         return None if self.solved else self.gold
+
+    def oracle_reasoning(self) -> str | None:
+        if self.solved:
+            return None
+        tried = f" It is not {', '.join(self.wrong)}." if self.wrong else ""
+        return f"{self.question.split('?')[0].strip()}?{tried} Working it through gives {self.gold}."

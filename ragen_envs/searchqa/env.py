@@ -151,6 +151,15 @@ class SearchQAEnv(TextEnv):
     def _is_success(self) -> bool:
         return self.answer is not None and exact_match(self.answer, self.question.answer)
 
+    def oracle_reasoning(self) -> str | None:
+        action = self.oracle_action()
+        if action is None:
+            return None
+        if action.startswith("search["):
+            return f"To answer \"{self.question.question}\" I look up {action[7:-1]}."
+        found = f" The passages on {', '.join(p.title for p in self.results)} say so." if self.results else ""
+        return f"The answer to \"{self.question.question}\" is {self.question.answer}.{found}"
+
     def oracle_action(self) -> str | None:
         if self.question is None or self.answer is not None:
             return None

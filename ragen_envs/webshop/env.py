@@ -190,6 +190,25 @@ class WebShopEnv(TextEnv):
     def _is_success(self) -> bool:
         return self.outcome.get("reward", 0.0) == 1.0
 
+    def oracle_reasoning(self) -> str | None:
+        action = self.oracle_action()
+        if action is None:
+            return None
+        g = self.goal
+        wanted = f"I need {', '.join(g.attributes)} {g.type} under ${g.price_upper:.0f}"
+        if action.startswith("search["):
+            return f"{wanted}, so I search for it."
+        target = action[6:-1]
+        if self.page == RESULTS:
+            return (f"{wanted}. {target} on this page fits." if target == g.target
+                    else f"{wanted}. It is not among these results; I go to {target}.")
+        if target == BUY:
+            chosen = ", ".join(self.chosen.values()) or "no option"
+            return f"{wanted}. This is it, with {chosen} chosen; I buy it."
+        if target in (PREV, BACK):
+            return f"{wanted}. This page is not the product I want; I go back."
+        return f"{wanted}. This is the product; I choose {target}."
+
     def oracle_action(self) -> str | None:
         """Search the goal's words, page to the target, open it, choose the wanted options, buy."""
         if self.goal is None or self._terminated:
