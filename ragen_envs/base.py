@@ -57,8 +57,7 @@ class LLMEnv(gym.Env):
     valid_actions: list[str] | None = None
 
     def __init__(self, max_steps: int, render_mode: str | None = None):
-        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        check_positive_int("max_steps", max_steps)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}"
@@ -176,6 +175,12 @@ class TextEnv(LLMEnv):
         if self.render_mode == "ansi":
             return self._observation()
         return None
+
+
+def check_positive_int(name: str, value) -> None:
+    """A ValueError unless ``value`` is an int >= 1 (a bool is not)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def open_text(action: str, max_chars: int) -> str | None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, open_text
+from ragen_envs.base import TextEnv, check_positive_int, open_text
 from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.problems import Problem, program_of, stdout_matches, values_match
 from ragen_envs.deepcoder.sandbox import Limits, Run, make_sandbox
@@ -87,8 +87,7 @@ class DeepCoderEnv(TextEnv):
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 1,
                  sandbox: str = "bubblewrap", limits: Limits | None = None, render_mode: str | None = None):
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        check_positive_int("max_attempts", max_attempts)
         super().__init__(max_steps=max_attempts + 2, render_mode=render_mode)
         self.max_attempts = max_attempts
         self.attempts = 0

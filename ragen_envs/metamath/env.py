@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, open_text
+from ragen_envs.base import TextEnv, check_positive_int, open_text
 from ragen_envs.metamath.answers import gold_from_response, is_correct
 from ragen_envs.metamath.generator import generate
 
@@ -66,8 +66,7 @@ class MetaMathQAEnv(TextEnv):
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 3,
                  render_mode: str | None = None):
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        check_positive_int("max_attempts", max_attempts)
         super().__init__(max_steps=max_attempts, render_mode=render_mode)
         self.max_attempts = max_attempts
         self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_problem,

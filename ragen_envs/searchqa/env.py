@@ -37,7 +37,7 @@ import re
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, open_text
+from ragen_envs.base import TextEnv, check_positive_int, open_text
 from ragen_envs.searchqa import corpus as builtin
 from ragen_envs.searchqa.corpus import Passage, Question
 from ragen_envs.searchqa.retrieval import HTTPRetriever, PassageIndex, RetrievalError
@@ -80,8 +80,7 @@ class SearchQAEnv(TextEnv):
                  max_steps: int = 10, render_mode: str | None = None):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         for name, value in (("top_k", top_k), ("max_passage_chars", max_passage_chars)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive_int(name, value)
         self.top_k, self.max_passage_chars = top_k, max_passage_chars
         self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_question,
                                   shipped=lambda: builtin.questions(split))

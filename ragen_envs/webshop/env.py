@@ -34,7 +34,7 @@ import re
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, open_text
+from ragen_envs.base import TextEnv, check_positive_int, open_text
 from ragen_envs.bm25 import shared_index
 from ragen_envs.webshop import catalog
 from ragen_envs.webshop.catalog import Goal, Product
@@ -59,8 +59,7 @@ class WebShopEnv(TextEnv):
                  results_per_page: int = 10, max_results: int = 50, render_mode: str | None = None):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         for name, value in (("results_per_page", results_per_page), ("max_results", max_results)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive_int(name, value)
         self.per_page, self.max_results = results_per_page, max_results
         if isinstance(dataset, str) and dataset == "builtin":
             self.products = catalog.builtin_products()
