@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import gymnasium as gym
 import numpy as np
 
 from ragen_envs.agent import chat_encoding
@@ -67,8 +68,6 @@ def env_kwargs_by_id(mix: dict[str, int], env_kwargs: dict[str, Any]) -> dict[st
     keys naming an env outside the run are an error, not silently ignored."""
     if not env_kwargs:
         return {}
-    import gymnasium as gym
-
     keyed = [key for key in env_kwargs if key in mix or key in gym.registry or "/" in key]
     if not keyed:
         if len(mix) > 1:
@@ -89,8 +88,6 @@ def env_kwargs_by_id(mix: dict[str, int], env_kwargs: dict[str, Any]) -> dict[st
 def check_envs(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, int]:
     """Build each env of the run once, so a bad id or argument fails now, not after a model loads.
     Returns the mix; a ValueError names the env and the problem."""
-    import gymnasium as gym
-
     mix = env_mix(envs, config)
     kwargs = env_kwargs_by_id(mix, config.env_kwargs)
     for env_id in mix:
@@ -116,6 +113,7 @@ class RolloutRunner:
         self.calls = 0
         chat = self.config.chat
         self.prefill = THINK_OPEN if chat.enable_think and chat.prefill_think else ""  # opens every reply
+        self.prefill_ids = chat_encoding.tokenize(policy.tokenizer, self.prefill) if self.prefill else []
         self._envs: list[ChatEnv] | None = None
 
     @property
@@ -199,21 +197,18 @@ class RolloutRunner:
         limit = self.max_prompt_tokens
         messages = envs[i].messages
         if prompts[i] is None:
-            prompts[i] = self.policy.encode_chat(messages) + self._prefill_ids()
+            prompts[i] = self.policy.encode_chat(messages) + self.prefill_ids
         if len(prompts[i]) <= limit:
             return False
         for k in range(2, len(messages) - 1, 2):  # drop (user, assistant) pairs after the system message
             kept = [messages[0], *messages[1 + k:]]
-            ids = self.policy.encode_chat(kept) + self._prefill_ids()
+            ids = self.policy.encode_chat(kept) + self.prefill_ids
             if len(ids) <= limit:
                 prompts[i], dropped[i] = ids, k
                 return False
         envs[i].done = True
         trajectories[i].context_overflow = True
         return True
-
-    def _prefill_ids(self) -> list[int]:
-        return chat_encoding.tokenize(self.policy.tokenizer, self.prefill) if self.prefill else []
 
     def _sampling_seed(self, turn: int) -> int:
         """A fresh sampling seed per call and turn, from the configured seed: rollouts replay exactly."""
