@@ -207,10 +207,10 @@ class Trainer:
         self.model.eval()
         trajectories = self.runner.collect()
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items() if k != "episodes"}
+        metrics["time/rollout_s"] = time.perf_counter() - start
         chance = random_success(trajectories, cfg.rollout.chat, cfg.rollout.seed + self.iteration)
         if chance:  # the chance level on the same episodes (envs with a finite action set)
             metrics["rollout/random_success"] = float(np.mean(list(chance.values())))
-        metrics["time/rollout_s"] = time.perf_counter() - start
         self._save_rollouts(trajectories)
 
         if self.mi_due():
