@@ -79,15 +79,15 @@ def cmd_list(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from ragen_envs.agent import RolloutRunner, save_jsonl
+    from ragen_envs.agent import RolloutRunner, progress, save_jsonl
     from ragen_envs.agent.rollout import check_envs
 
     config = cli_args.build(RolloutConfig, args)
     mix = check_envs(parse_env_flags(args.env, config.n_groups), config)
     runner = RolloutRunner(mix, cli_args.build(PolicyConfig, args).make(), config)
-    bar = _progress(config.chat.max_turns, "turns")
-    trajectories = runner.collect(progress=lambda turn, active: bar(turn, active))
-    bar(config.chat.max_turns, 0)
+    bar = progress.bar(config.chat.max_turns, "turns")
+    trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
+    bar(config.chat.max_turns, active=0)
     print_table(summarize(trajectories, config.chat))
     if args.save:
         save_jsonl(trajectories, args.save)
@@ -158,23 +158,6 @@ def load_run_config(path: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a run config is a mapping of config fields")
     return data
-
-
-def _progress(total: int, unit: str):
-    """A progress callback (tqdm when installed)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return lambda done, active: print(f"{unit} {done}/{total}, {active} active", file=sys.stderr)
-    bar = tqdm(total=total, unit=unit, file=sys.stderr)
-
-    def update(done: int, active: int) -> None:
-        bar.n = done
-        bar.set_postfix(active=active)
-        bar.refresh()
-        if done >= total:
-            bar.close()
-    return update
 
 
 def _add_env(parser: argparse.ArgumentParser) -> None:

@@ -119,7 +119,7 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     losses = []
     steps = config.epochs * -(-len(demos) // config.batch_size)
-    bar = _bar(steps)
+    bar = progress.bar(steps, "step", "warm start")
     for _ in range(config.epochs):
         order = list(range(len(demos)))
         rng.shuffle(order)
@@ -131,7 +131,7 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             losses.append(loss.item())
-            bar(len(losses), losses[-1])
+            bar(len(losses), loss=f"{losses[-1]:.3f}")
     for p in model.parameters():
         p.requires_grad_(True)
     model.eval()
@@ -146,19 +146,3 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
                   "last_loss": losses[-1] if losses else None, "config": asdict(config)}
         (out / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
-
-
-def _bar(total: int):
-    """Progress of the optimizer steps (tqdm when installed)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return lambda done, loss: None
-    bar = tqdm(total=total, unit="step", desc="warm start")
-
-    def update(done: int, loss: float) -> None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}")
-        if done >= total:
-            bar.close()
-    return update

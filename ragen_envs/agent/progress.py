@@ -1,5 +1,6 @@
-"""One status line per long step (model loading, conversion, checkpoint writing), on stderr, so it
-never splits a line of the metrics table on stdout."""
+"""Progress on stderr, so it never splits a line of the metrics table on stdout: one status line per
+long step (model loading, conversion, checkpoint writing), and a bar for loops (eval turns, warm-start
+steps)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,24 @@ def _library_bars():
     from transformers.utils import logging
 
     return logging
+
+
+def bar(total: int, unit: str, desc: str | None = None):
+    """A progress bar (tqdm when installed, else a line per update) as ``update(done, **postfix)``;
+    it closes when ``done`` reaches ``total``."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        def fallback(done: int, **postfix) -> None:
+            extra = "".join(f", {k} {v}" for k, v in postfix.items())
+            print(f"{desc or unit} {done}/{total}{extra}", file=sys.stderr, flush=True)
+        return fallback
+    shown = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr)
+
+    def update(done: int, **postfix) -> None:
+        shown.n = done
+        shown.set_postfix(postfix)
+        shown.refresh()
+        if done >= total:
+            shown.close()
+    return update
