@@ -1,9 +1,14 @@
-"""Rollout throughput: the grouped runner against a naive one-env-at-a-time loop, same model.
+"""Rollout throughput: the grouped runner against a naive one-env-at-a-time loop and against an upper
+bound, same model.
 
 Prints generated tokens/s and env turns/s (replies processed by the envs; valid actions among them
 are counted as steps: a small model makes few) for:
 - naive: each episode played alone, one ``generate`` call per turn (batch of 1);
-- grouped: ``RolloutRunner``, all unfinished episodes of a turn in one ``generate`` call;
+- grouped, prompts recomputed: ``RolloutRunner``, all unfinished episodes of a turn in one
+  ``generate`` call, every turn's prompt run through the model in full;
+- grouped: the same with each episode's KV cache kept across turns (the default);
+- upper bound: one batched decode of P x G rows after the first turn's prompt, no env, no stop, the
+  same tokens per row as all turns together: what this model and machine do at best;
 and the same grouped run on vLLM when it is installed (``make test-vllm`` builds .venv-vllm;
 run this script with that venv's python, LD_PRELOAD set as in the Makefile).
 
@@ -42,7 +47,8 @@ def naive(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, int, fl
     return tokens, turns, steps, time.perf_counter() - start
 
 
-def grouped(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, int, float]:
+def grouped(env_id: str, policy, config: RolloutConfig, reuse_cache: bool = True) -> tuple[int, int, int, float]:
+    policy.reuse_cache = reuse_cache
     start = time.perf_counter()
     trajs = RolloutRunner(env_id, policy, config).collect()
     seconds = time.perf_counter() - start
@@ -50,6 +56,22 @@ def grouped(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, int, 
     turns = sum(traj.num_turns for traj in trajs)
     steps = sum(len(t.actions) for traj in trajs for t in traj.turns)
     return tokens, turns, steps, seconds
+
+
+def upper_bound(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, int, float]:
+    """One batched decode of every episode's first prompt for all turns' tokens at once, no env."""
+    prompt = policy.encode_chat(ChatEnv(env_id, config.chat).reset(seed=config.seed))
+    rows = config.n_groups * config.group_size
+    new = config.chat.max_turns * config.sampling.max_new_tokens
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=new, stop=[], seed=0)
+    eos, policy.eos_ids = policy.eos_ids, set()  # every row decodes all its tokens
+    try:
+        start = time.perf_counter()
+        gens = policy.generate([prompt] * rows, sampling)
+        seconds = time.perf_counter() - start
+    finally:
+        policy.eos_ids = eos
+    return sum(len(g.token_ids) for g in gens), 0, 0, seconds
 
 
 def row(name: str, result, baseline=None) -> None:
@@ -69,6 +91,7 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
+    parser.add_argument("--skip-naive", action="store_true", help="leave out the slow one-by-one loop")
     args = parser.parse_args()
     config = RolloutConfig(n_groups=args.groups, group_size=args.group_size,
                            chat=ChatEnvConfig(max_turns=args.max_turns),
@@ -82,9 +105,13 @@ def main() -> None:
           f"{args.max_new_tokens} new tokens per turn")
     print(f"{'run':30s} {'tokens':>7s} {'turns':>6s} {'steps':>6s} {'seconds':>8s} {'tokens/s':>9s} "
           f"{'turns/s':>8s} {'tokens/s vs naive':>18s}")
-    base = naive(args.env, policy, config)
-    row("naive loop, transformers", base)
-    row("grouped runner, transformers", grouped(args.env, policy, config), base)
+    base = None
+    if not args.skip_naive:
+        base = naive(args.env, policy, config)
+        row("naive loop, transformers", base)
+    row("grouped, prompts recomputed", grouped(args.env, policy, config, reuse_cache=False), base)
+    row("grouped, KV cache kept", grouped(args.env, policy, config), base)
+    row("upper bound: one batched decode", upper_bound(args.env, policy, config), base)
     if importlib.util.find_spec("vllm") is not None:
         from ragen_envs.agent.backends.vllm import VLLMPolicy
 

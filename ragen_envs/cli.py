@@ -120,6 +120,9 @@ def cmd_sft(args) -> int:
     envs = list(parse_env_flags(args.env, 1))
     policy = cli_args.build(PolicyConfig, args, include=TRAIN_POLICY_FIELDS)
     record = warm_start(policy.model, envs, config, device=str(policy.device or "cpu"))
+    if record.get("cached"):
+        print(f"the warm-started model: {config.output_dir} (ragen train --model {config.output_dir})")
+        return 0
     print(f"{record['demonstrations']} demonstration turns ({record['oracle_share']:.0%} oracle), "
           f"{record['steps']} steps, loss {record['first_loss']:.3f} -> {record['last_loss']:.3f}; "
           f"the warm-started model: {config.output_dir} (ragen train --model {config.output_dir})")

@@ -6,6 +6,7 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 import pytest  # noqa: E402
 
+from ragen_envs.agent.backends.base import Policy  # noqa: E402
 from ragen_envs.grid import GridEnv  # noqa: E402
 from ragen_envs.registry import ENVIRONMENTS, load_class  # noqa: E402
 
@@ -60,19 +61,18 @@ def tiny_policy(tiny_model, tokenizer):
     return TransformersPolicy(tiny_model, tokenizer, device="cpu", batch_size=8)
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(Policy):
     """A policy that replies with the given texts in turn (per call, per prompt): a test double with
     the real tokenizer, so the rollout machinery runs exactly as with a model."""
 
     def __init__(self, tokenizer, replies, max_context=4096):
-        from ragen_envs.agent.backends.base import Policy
-
         self.tokenizer = tokenizer
         self.replies = list(replies)
         self.max_context = max_context
         self.calls = []
-        self.encode_chat = lambda messages: Policy.encode_chat(self, messages)
-        self.prompt_ids = lambda prompt: Policy.prompt_ids(self, prompt)
+
+    def score(self, prompt_ids, continuations):
+        raise NotImplementedError
 
     def generate(self, prompts, sampling):
         from ragen_envs.agent.backends.base import Generation

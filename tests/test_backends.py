@@ -246,3 +246,43 @@ def test_finished_rows_leave_the_batch(tiny_policy):
     assert a.token_ids == a_alone.token_ids[:cut + 1] and a.finish_reason == "stop"
     assert b.token_ids == b_alone.token_ids and b.finish_reason == "length"
     np.testing.assert_allclose(tiny_policy.score(b.prompt_ids, [b.token_ids])[0], b.logprobs, atol=1e-4)
+
+
+def _turns(policy, reuse):
+    """A 3-turn FrozenLake batch (rows of different lengths, some ending early) with the cache kept or not."""
+    from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner
+
+    policy.reuse_cache, policy.prefilled_tokens = reuse, 0
+    config = RolloutConfig(n_groups=2, group_size=2, seed=3, chat=ChatEnvConfig(max_turns=3),
+                           sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=1))
+    return RolloutRunner("Ragen/FrozenLake-v0", policy, config).collect(), policy.prefilled_tokens
+
+
+def test_kept_kv_cache_gives_the_same_turns_and_prefills_only_new_tokens(tiny_policy):
+    fresh, full = _turns(tiny_policy, reuse=False)
+    kept, prefilled = _turns(tiny_policy, reuse=True)
+    assert [t.num_turns for t in kept] == [t.num_turns for t in fresh] and max(t.num_turns for t in kept) == 3
+    for a, b in zip(fresh, kept):
+        for x, y in zip(a.turns, b.turns):
+            assert x.prompt_ids == y.prompt_ids and x.response_ids == y.response_ids
+            np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
+    # later turns prefill only the reply's last token and the new message, not the whole conversation
+    new_tokens = sum(len(t.turns[0].prompt_ids) for t in kept) + sum(
+        len(y.prompt_ids) - len(x.prompt_ids) - len(x.response_ids) + 1
+        for t in kept for x, y in zip(t.turns, t.turns[1:]))
+    assert prefilled == new_tokens < full
+    assert tiny_policy._kept == {}  # the runner drops kept caches after its batch
+
+
+def test_kept_cache_mixes_rows_with_and_without_a_past(tiny_policy):
+    config = SamplingConfig(temperature=0, max_new_tokens=5, stop=[])
+    tiny_policy.reuse_cache = True
+    first = tiny_policy.generate([CHAT], config)[0]
+    longer = first.prompt_ids + first.token_ids + tiny_policy.encode_chat(CHAT)[1:]
+    other = tiny_policy.encode_chat([{"role": "user", "content": "Something else entirely, and longer."}])
+    both = tiny_policy.generate([longer, other], config)  # row 0 reuses its past, row 1 has none
+    tiny_policy.reset_cache()
+    alone = [tiny_policy.generate([p], config)[0] for p in (longer, other)]
+    for a, b in zip(both, alone):
+        assert a.token_ids == b.token_ids
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)

@@ -56,3 +56,37 @@ def test_warm_start_lowers_the_loss_and_saves_a_model_eval_can_load(tiny_model, 
 def test_bad_settings():
     with pytest.raises(ValueError, match="imperfect"):
         SFTConfig(imperfect=1.5)
+
+
+def test_an_episode_trains_as_one_sequence_with_the_loss_on_its_replies(tokenizer):
+    from trainers.sft import episodes
+
+    demos = demonstrations(["Ragen/FrozenLake-v0"], tokenizer,
+                           SFTConfig(episodes=5, imperfect=0.0, chat=ChatEnvConfig(max_turns=3)))
+    sequences = episodes(demos)
+    assert len(sequences) == 5 < len(demos)  # several turns per episode, one sequence each
+    replies = [d.response_ids for d in demos]
+    for seq in sequences:
+        marked = [t for t, r in zip(seq.ids, seq.reply) if r]
+        taken = []
+        while replies and len(taken) + len(replies[0]) <= len(marked) and \
+                marked[len(taken):len(taken) + len(replies[0])] == replies[0]:
+            taken += replies.pop(0)
+        assert taken == marked  # the marked tokens are exactly the episode's replies, in order
+    assert not replies
+
+
+def test_a_warm_start_with_the_same_settings_is_reused_and_another_is_not_replaced_silently(
+        tiny_model, tokenizer, tmp_path, capsys):
+    import copy
+
+    cfg = SFTConfig(episodes=2, imperfect=0.0, batch_size=2, freeze_layers=0, output_dir=str(tmp_path / "warm"))
+    first = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], cfg, tokenizer=tokenizer)
+    again = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], cfg, tokenizer=tokenizer)
+    assert again["cached"] and again["last_loss"] == first["last_loss"] and "already in" in capsys.readouterr().out
+    other = SFTConfig(**{**cfg.__dict__, "episodes": 3})
+    with pytest.raises(ValueError, match="--overwrite"):
+        warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], other, tokenizer=tokenizer)
+    replaced = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"],
+                          SFTConfig(**{**other.__dict__, "overwrite_output_dir": True}), tokenizer=tokenizer)
+    assert not replaced.get("cached") and replaced["config"]["episodes"] == 3

@@ -286,3 +286,50 @@ def test_gae_carries_a_later_segments_reward_and_values_back(tokenizer, tmp_path
     # gamma = lambda = 1: every token's return is the episode's 1.0, the first segment's included
     # (cut off, it would have returned 0).
     assert torch.allclose(returns, torch.ones(3))
+
+
+class SeededRepliesWithEntropy(SeededReplies):
+    """SeededReplies that also reports per-token sampling entropies, as the transformers backend does."""
+
+    def generate(self, prompts, sampling):
+        gens = super().generate(prompts, sampling)
+        for gen in gens:
+            gen.entropies = [0.5] * len(gen.token_ids)
+        return gens
+
+
+def _trained(tokenizer, tmp_path, force_pass, **kw):
+    model = make_model(tokenizer)
+    trainer = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path / str(force_pass), filter="none",
+                                                           mini_batch_size=64, **kw),
+                      tokenizer=tokenizer, rollout_policy=SeededRepliesWithEntropy(tokenizer))
+    passes = []
+    original = trainer._old_stats
+    trainer._old_stats = lambda batch: passes.append(1) or original(batch)
+    if force_pass:
+        trainer._needs_old_pass = lambda kept: True
+    metrics = trainer.train()[0]
+    return model, metrics, len(passes)
+
+
+def test_an_on_policy_update_skips_the_no_grad_pass_and_trains_the_same(tokenizer, tmp_path):
+    skipped, metrics, passes = _trained(tokenizer, tmp_path, force_pass=False)
+    assert passes == 0 and metrics["loss/updates"] == 1 and metrics["policy/token_entropy"] == 0.5
+    computed, _, passes = _trained(tokenizer, tmp_path, force_pass=True)
+    assert passes > 0
+    for (name, a), b in zip(skipped.state_dict().items(), computed.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    # two epochs are off-policy in the second: the pass is needed
+    assert _trained(tokenizer, tmp_path / "epochs", force_pass=False, ppo_epochs=2)[2] > 0
+
+
+def test_frozen_bottom_layers_stay_as_they_were(tokenizer, tmp_path):
+    model = make_model(tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, filter="none", freeze_layers=1), tokenizer=tokenizer,
+            rollout_policy=SeededReplies(tokenizer)).train()
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed and all(k.startswith("model.layers.1.") or k == "model.norm.weight" for k in changed), changed
+    with pytest.raises(ValueError, match="2 decoder layers"):
+        Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path / "x", freeze_layers=3),
+                tokenizer=tokenizer)

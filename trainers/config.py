@@ -56,6 +56,9 @@ class TrainerConfig:
     critic_learning_rate: float = 1e-5  # critic learning rate (value head, and its trunk when separate)
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient clipping
+    # train only the top: the embeddings and this many bottom decoder layers stay frozen (0: train all).
+    # A CPU option: backward and optimizer state shrink with the trained share (trainers/freeze.py)
+    freeze_layers: int = 0
     ppo_epochs: int = 1  # passes over each batch (TRL's num_iterations, mu)
     # sequences per optimizer step (RAGEN's ppo_mini_batch_size): the kept batch is padded to a multiple of
     # it and split, so keeping fewer groups means fewer steps, as in the reference; None: num_minibatches
@@ -109,6 +112,8 @@ class TrainerConfig:
     mi_first_turn_pairs: int = 64  # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
     mi_trajectory_pairs: int = 64  # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
     logging_steps: int = 1  # print the metrics table every this many iterations
+    # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
+    save_strategy: Literal["steps", "no"] = "steps"
     save_steps: int = 0  # checkpoint every this many iterations (0: only at the end)
     # keep only the newest N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB
     save_total_limit: int | None = None
@@ -134,10 +139,11 @@ class TrainerConfig:
         for name in ("mi_every", "mi_first_turn_pairs", "mi_trajectory_pairs", "logging_steps", "save_steps",
                      "save_rollouts_steps", "filter_empty_stop"):
             check(name, getattr(self, name) >= 0, ">= 0")
+        check("save_strategy", self.save_strategy in ("steps", "no"), "steps or no")
         check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
         for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):
             check(name, getattr(self, name) > 0, "> 0")
-        for name in ("weight_decay", "entropy_coef", "vf_coef", "cliprange_value"):
+        for name in ("weight_decay", "entropy_coef", "vf_coef", "cliprange_value", "freeze_layers"):
             check(name, getattr(self, name) >= 0, ">= 0")
         check("epsilon_high", self.epsilon_high is None or self.epsilon_high > 0, "> 0 or None")
         check("dual_clip", self.dual_clip is None or self.dual_clip > 1, "> 1 or None")
@@ -187,11 +193,13 @@ class SFTConfig:
     episodes: int = 200  # oracle episodes per env
     imperfect: float = 0.3  # share of turns that play a random valid action instead of the oracle's
     epochs: int = 1  # passes over the demonstrations
-    batch_size: int = 4  # demonstration turns per optimizer step
+    batch_size: int = 2  # episodes per optimizer step (each episode is one sequence of all its turns)
     learning_rate: float = 2e-4  # AdamW learning rate
     freeze_layers: int = 20  # bottom decoder layers kept frozen, with the embeddings (0: train them all)
     seed: int = 0  # env seeds start here; shuffling and the imperfect turns derive from it
     output_dir: str = "runs/warm-start"  # the warm-started model (and tokenizer) is saved here
+    # replace a warm start made with other settings in output_dir (the same settings are reused as they are)
+    overwrite_output_dir: bool = field(default=False, metadata={"flag": "overwrite"})
     # the reply budget each prompt states: the RL run's --max-new-tokens, so prompts match exactly
     max_new_tokens: int = 128
     chat: ChatEnvConfig = field(default_factory=ChatEnvConfig)  # turns and format, as in the RL runs

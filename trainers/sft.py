@@ -12,7 +12,10 @@ model does not start out collapsed onto one template. A share ``imperfect`` of t
 random valid action instead (the reasoning then says the move is a guess), so the warm-started
 policy succeeds sometimes, not always: groups then differ in reward and RL has a signal.
 
-The loss is the mean log-loss of the reply tokens only (prompt and observation tokens are context).
+An episode trains as one sequence (``episodes``): each turn's prompt extends the previous prompt and
+reply, exactly as RL rollouts chain them, so the last prompt plus the last reply holds every turn
+and is run once instead of once per turn. The loss is the mean log-loss of the reply tokens only
+(prompt and observation tokens are context).
 Training updates the top layers (``freeze_layers`` bottom decoder layers and the embeddings stay as
 they are) with AdamW, in fp32. The result is a normal model folder: ``ragen eval --model`` and
 ``ragen train --model`` take it.
@@ -30,6 +33,7 @@ import torch
 from ragen_envs.agent import ChatEnv, chat_encoding, progress
 from ragen_envs.agent.parsing import THINK_OPEN
 from trainers.config import SFTConfig
+from trainers.freeze import freeze_bottom
 
 
 @dataclass
@@ -73,29 +77,41 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
     return demos
 
 
-def _freeze(model, layers: int) -> None:
-    """Keep the embeddings and the bottom ``layers`` decoder layers as they are."""
-    if layers <= 0:
-        return
-    base = model.base_model
-    for p in base.get_input_embeddings().parameters():
-        p.requires_grad_(False)
-    for layer in list(getattr(base, "layers", []))[:layers]:
-        for p in layer.parameters():
-            p.requires_grad_(False)
+@dataclass
+class Episode:
+    """One episode's demonstrations as one token sequence: each turn's prompt extends the previous
+    prompt and reply (as in RL rollouts), so the last prompt plus the last reply holds every turn."""
+    ids: list[int]
+    reply: list[bool]  # True on the demonstrated reply tokens: the loss is on these only
 
 
-def sft_loss(model, demos: list[Demo], pad_id: int, device) -> torch.Tensor:
-    """Mean negative log-likelihood of the reply tokens of a batch of demonstrations."""
-    rows = [d.prompt_ids + d.response_ids for d in demos]
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    for i, (row, d) in enumerate(zip(rows, demos)):
-        ids[i, :len(row)] = torch.tensor(row)
+def episodes(demos: list[Demo]) -> list[Episode]:
+    """Chain consecutive turns of an episode into one sequence (a turn that does not extend the last
+    one, e.g. after the context cap, starts a new sequence)."""
+    out: list[Episode] = []
+    for d in demos:
+        last = out[-1] if out else None
+        if last is not None and len(d.prompt_ids) >= len(last.ids) and d.prompt_ids[:len(last.ids)] == last.ids:
+            env = d.prompt_ids[len(last.ids):]
+            last.ids.extend(env + d.response_ids)
+            last.reply.extend([False] * len(env) + [True] * len(d.response_ids))
+        else:
+            out.append(Episode(d.prompt_ids + d.response_ids,
+                               [False] * len(d.prompt_ids) + [True] * len(d.response_ids)))
+    return out
+
+
+def sft_loss(model, batch: list[Episode], pad_id: int, device) -> torch.Tensor:
+    """Mean negative log-likelihood of the reply tokens of a batch of episodes."""
+    width = max(len(e.ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for i, e in enumerate(batch):
+        row = torch.tensor(e.ids)
+        ids[i, :len(row)] = row
         attention[i, :len(row)] = 1
-        labels[i, len(d.prompt_ids):len(row)] = torch.tensor(d.response_ids)
+        labels[i, :len(row)] = row.masked_fill(~torch.tensor(e.reply), -100)
     out = model(input_ids=ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
     return out.loss
 
@@ -105,6 +121,18 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     oracle demonstrations of ``env_ids``; save it to ``config.output_dir``; return what happened."""
     from ragen_envs.agent.default_model import load_model
 
+    out = Path(config.output_dir)
+    settings = {k: v for k, v in asdict(config).items() if k != "overwrite_output_dir"}
+    made_from = {"envs": list(env_ids), "model": _name(model), "config": settings}
+    previous = _previous(out)
+    if previous is not None and {k: previous.get(k) for k in made_from} == made_from:
+        print(f"using the warm start already in {out} (same model, envs and settings)", flush=True)
+        return {**previous, "cached": True}
+    if previous is not None and not config.overwrite_output_dir:
+        raise ValueError(f"{out} holds a warm start made with other settings; pass --overwrite to replace it "
+                         "or choose another --output-dir")
+    if previous is not None:  # a folder whose record is gone counts as incomplete until the new one is saved
+        (out / "warm_start.json").unlink()
     if model is None or isinstance(model, (str, Path)):
         model, tokenizer = load_model(model, torch.float32, tokenizer)
     if tokenizer is None:
@@ -112,19 +140,20 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     model = model.to(device).float().train()
     with progress.step(f"playing {config.episodes} oracle episodes per env"):
         demos = demonstrations(env_ids, tokenizer, config)
-    _freeze(model, config.freeze_layers)
+    freeze_bottom(model, config.freeze_layers)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
     rng = random.Random(config.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    sequences = episodes(demos)
     losses = []
-    steps = config.epochs * -(-len(demos) // config.batch_size)
+    steps = config.epochs * -(-len(sequences) // config.batch_size)
     bar = progress.bar(steps, "step", "warm start")
     for _ in range(config.epochs):
-        order = list(range(len(demos)))
+        order = list(range(len(sequences)))
         rng.shuffle(order)
         for start in range(0, len(order), config.batch_size):
-            batch = [demos[i] for i in order[start:start + config.batch_size]]
+            batch = [sequences[i] for i in order[start:start + config.batch_size]]
             loss = sft_loss(model, batch, pad, device)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -135,14 +164,29 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     for p in model.parameters():
         p.requires_grad_(True)
     model.eval()
-    out = Path(config.output_dir)
     with progress.step(f"saving the warm-started model to {out}"):
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        record = {"envs": env_ids, "demonstrations": len(demos),
+        record = {**made_from, "demonstrations": len(demos), "episodes": len(sequences),
                   "oracle_share": sum(d.oracle for d in demos) / max(len(demos), 1),
                   "steps": len(losses), "first_loss": losses[0] if losses else None,
-                  "last_loss": losses[-1] if losses else None, "config": asdict(config)}
+                  "last_loss": losses[-1] if losses else None}
         (out / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def _name(model) -> str | None:
+    """What a warm start was made from: a path or id, a loaded model's name, None for the default."""
+    if model is None or isinstance(model, (str, Path)):
+        return None if model is None else str(model)
+    return getattr(model.config, "_name_or_path", None)
+
+
+def _previous(out: Path) -> dict | None:
+    """The record of a complete warm start in ``out`` (its weights written), else None."""
+    try:
+        record = json.loads((out / "warm_start.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if any(out.glob("*.safetensors")) else None

@@ -55,6 +55,7 @@ from trainers.batch import Batch, collate, trajectory_samples
 from trainers.config import TrainerConfig
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, init_distributed
 from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, group_scores, per_group, select
+from trainers.freeze import freeze_bottom
 from trainers.metrics import MetricsLogger, plot_run
 from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics, mi_metrics_code
 from trainers.scoring import TokenScorer
@@ -99,6 +100,7 @@ class Trainer:
         if tokenizer is None:
             raise ValueError("pass the tokenizer together with a loaded model")
         self.model = model.to(self.device).float()  # fp32 master weights
+        freeze_bottom(self.model, cfg.freeze_layers)  # before the critic copies the model
         self.tokenizer = tokenizer
         self.policy = TransformersPolicy(self.model, tokenizer, device=str(self.device))
         self.callbacks = list(callbacks)
@@ -128,7 +130,8 @@ class Trainer:
             self.train_scorer = DistributedDataParallel(self.scorer, device_ids=ids)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.value_head is not None:
-            critic = [*self.value_head.parameters(), *(self.critic_trunk.parameters() if self.critic_trunk else [])]
+            critic = [p for p in [*self.value_head.parameters(),
+                                  *(self.critic_trunk.parameters() if self.critic_trunk else [])] if p.requires_grad]
             groups.append({"params": critic, "lr": cfg.critic_learning_rate})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         # Each scope and family smooths its own sigma.
@@ -169,6 +172,7 @@ class Trainer:
         Returns this call's per-iteration metrics (empty when the run was already complete)."""
         cfg = self.config
         history = []
+        saving = cfg.save_strategy == "steps"
         if self.iteration >= cfg.num_iterations:
             if self.rank == 0:
                 print(f"{self.output_dir} is at iteration {self.iteration} and num_iterations is "
@@ -187,7 +191,7 @@ class Trainer:
                 self.logger.log(metrics)
                 if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
                     print(self.logger.table_row(metrics), flush=True)
-                if cfg.save_steps and self.iteration % cfg.save_steps == 0:
+                if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
                     self.save_checkpoint()
                 if stop:
                     print(f"stopping early: the filter kept nothing for {self.empty_filter_streak} iterations in a "
@@ -196,7 +200,7 @@ class Trainer:
             if stop:
                 break
         if self.rank == 0:
-            if not cfg.save_steps or self.iteration % cfg.save_steps:
+            if saving and (not cfg.save_steps or self.iteration % cfg.save_steps):
                 self.save_checkpoint()
             self.plot_path = plot_run(self.output_dir)
         return history
@@ -218,13 +222,25 @@ class Trainer:
             metrics.update(self.mi_diagnostics(trajectories))
             metrics["time/mi_s"] = time.perf_counter() - mi_start
 
-        update_start = time.perf_counter()
         samples = [s for i, t in enumerate(trajectories) for s in trajectory_samples(t, i)]
-        batches = [collate(samples[i:i + cfg.micro_batch_size], self.tokenizer.pad_token_id)
-                   for i in range(0, len(samples), cfg.micro_batch_size)]
-        stats = [self._old_stats(b) for b in batches]
-        metrics["policy/token_entropy"] = _masked_mean([s["entropy"] for s in stats], [b.mask for b in batches])
+        mb = cfg.micro_batch_size
+        batches = [collate(samples[i:i + mb], self.tokenizer.pad_token_id) for i in range(0, len(samples), mb)]
+        # The no-grad pass (old log-probs, entropies, values, reference log-probs) runs only where
+        # something needs it; entropies come from the sampler when it reports them.
+        stats: list[dict | None] = [None] * len(batches)
+        turns = [turn for t in trajectories for turn in t.turns]
+        sampler_entropy = bool(turns) and all(turn.entropies is not None for turn in turns)
+        stats_start = time.perf_counter()
+        if cfg.filter_metric not in REWARD_METRICS + ("length",) or not sampler_entropy:
+            stats = [self._old_stats(b) for b in batches]
+        metrics["time/stats_s"] = time.perf_counter() - stats_start
+        if sampler_entropy:
+            count = sum(len(turn.entropies) for turn in turns)
+            metrics["policy/token_entropy"] = sum(sum(turn.entropies) for turn in turns) / count if count else 0.0
+        else:
+            metrics["policy/token_entropy"] = _masked_mean([s["entropy"] for s in stats], [b.mask for b in batches])
 
+        filter_start = time.perf_counter()
         groups = len(self.runner.group_envs)
         returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.rollout.group_size)
         # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
@@ -244,15 +260,38 @@ class Trainer:
                           "flat across prompts, so filtering is unlikely to help", stacklevel=2)
         keep = set(kept.tolist())
         chosen = [i for i, s in enumerate(samples) if s.group in keep]
+        metrics["time/filter_s"] = time.perf_counter() - filter_start
+        metrics["time/update_s"] = 0.0
+
         if len(kept_global):
+            if self._needs_old_pass(len(chosen)):  # only the micro-batches that hold kept samples
+                stats_start = time.perf_counter()
+                for j in sorted({i // mb for i in chosen}):
+                    stats[j] = stats[j] or self._old_stats(batches[j])
+                metrics["time/stats_s"] += time.perf_counter() - stats_start
+            update_start = time.perf_counter()
             metrics.update(self._update(samples, batches, stats, chosen))
             if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
                 self.rollout_policy.load_weights(self.model.state_dict())
-        metrics["time/update_s"] = time.perf_counter() - update_start
+            metrics["time/update_s"] = time.perf_counter() - update_start
         metrics["time/iteration_s"] = time.perf_counter() - start
         if "time/mi_s" in metrics:
             metrics["time/mi_share"] = metrics["time/mi_s"] / metrics["time/iteration_s"]
         return metrics
+
+    def _needs_old_pass(self, kept_samples: int) -> bool:
+        """Whether the update needs the no-grad pass. It does not when the update is on-policy (one
+        epoch, one optimizer step: the old log-probs are the current ones, detached), there is no KL
+        reference and no critic whose values the advantages need."""
+        cfg = self.config
+        if cfg.mini_batch_size is None:
+            steps = cfg.num_minibatches
+        elif cfg.batch_adjust == "copy":
+            steps = -(-kept_samples // cfg.mini_batch_size)
+        else:
+            steps = kept_samples // cfg.mini_batch_size
+        steps = all_reduce([steps], self.world)[0]  # every rank takes the busiest rank's steps
+        return cfg.ppo_epochs * steps > 1 or self.ref_scorer is not None or cfg.advantage == "gae"
 
     def _group_scores(self, returns, trajectories, samples, batches, stats) -> np.ndarray:
         """This rank's score per group for the filter (``filter_metric``)."""
@@ -487,10 +526,11 @@ class Trainer:
         def pick(key):
             return stack([stats[i // mb][key][i % mb] for i in indices])
 
-        old_logp = pick("logp")
         mask = batch.mask.to(self.device)
         adv = stack([advantages[i][0] for i in indices])
         logp, entropy, values = self._token_outputs(self.train_scorer, batch)
+        # on-policy without the no-grad pass: the old log-probs are these, before the step
+        old_logp = pick("logp") if all(stats[i // mb] is not None for i in indices) else logp.detach()
         policy_tok, clipped = alg.clipped_policy_loss(logp, old_logp, adv, cfg.epsilon, cfg.epsilon_high,
                                                       cfg.dual_clip)
         loss = alg.aggregate(policy_tok, mask, cfg.loss_type, norm)

@@ -148,6 +148,7 @@ class RolloutRunner:
                                            transition_seed=transitions,
                                            env_kwargs=self.env_kwargs.get(env.env_id, {})))
         prompts: list[list[int] | None] = [None] * len(envs)
+        policy.reset_cache()  # the weights may have changed since the last batch
         dropped = [0] * len(envs)
         active = list(range(len(envs)))
         pool = ThreadPoolExecutor(c.env_workers) if c.env_workers > 1 else None
@@ -175,12 +176,14 @@ class RolloutRunner:
                         prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
                         response=reply, reasoning=record.reasoning, actions=record.actions,
                         reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
-                        think_start=start, think_end=end, messages_dropped=dropped[i]))
+                        think_start=start, think_end=end, messages_dropped=dropped[i],
+                        entropies=gen.entropies))
                     if not envs[i].done:
                         prompts[i] = chat_encoding.extend(tok, prompts[i], gen.token_ids, envs[i].messages,
                                                           self.prefill)
                 active = [i for i in active if not envs[i].done]
         finally:
+            policy.reset_cache()
             if pool:
                 pool.shutdown()
         for traj, env in zip(trajectories, envs):

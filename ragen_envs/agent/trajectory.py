@@ -26,6 +26,7 @@ class Turn:
     think_start: int | None = None
     think_end: int | None = None
     messages_dropped: int = 0  # oldest messages left out of this prompt to fit the context (0: none)
+    entropies: list[float] | None = None  # sampling entropy per generated token (None: not reported)
 
     @property
     def reasoning_ids(self) -> list[int]:

@@ -50,6 +50,9 @@ class Generation:
     # what a trainer's teacher forcing at that temperature reproduces.
     logprobs: list[float]
     finish_reason: str  # "stop" (end-of-turn token or stop string) or "length"
+    # entropy (nats) of each step's sampling distribution, temperature applied, before top-k/top-p;
+    # None where the backend does not see the whole distribution (vLLM, OpenAI servers)
+    entropies: list[float] | None = None
 
 
 class Policy(ABC):
@@ -67,6 +70,10 @@ class Policy(ABC):
     @abstractmethod
     def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
         ...
+
+    def reset_cache(self) -> None:
+        """Drop whatever a backend keeps from one ``generate`` call to the next (the transformers
+        backend's per-episode KV caches): the weights may change before the next call."""
 
     def encode_chat(self, messages: list[Message]) -> list[int]:
         """Token ids of a conversation, ending with the assistant's generation prompt."""

@@ -4,6 +4,12 @@ Generation is our own loop over the KV cache rather than ``model.generate``: it 
 token's log-probability exactly (temperature applied, before top-k/top-p), gives every prompt of the
 batch its own seeded random stream, stops on end-of-turn tokens or stop strings, and drops finished
 rows from the batch so long replies don't keep short ones computing.
+
+Multi-turn episodes reuse their KV cache: a turn's prompt is the previous turn's prompt, the reply
+and the new environment message (``chat_encoding.extend``), so the keys and values computed for the
+previous turn are kept (``reuse_cache``) and only the new tokens are prefilled. Kept caches live from
+one ``generate`` call to the next; ``reset_cache()`` drops them (the rollout runner calls it at the
+start and end of every batch, so a weight update never meets a stale cache).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from transformers.cache_utils import DynamicCache
 
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
 from ragen_envs.agent.default_model import load_model
@@ -60,10 +67,12 @@ class TransformersPolicy(Policy):
             without bf16 matrix instructions run bf16 matmuls ~3x slower than fp32: measured here,
             8x64 tokens after 319-token prompts took 47 s in bf16, 15 s in fp32).
         batch_size: most prompts per forward pass in ``generate`` and continuations in ``score``.
+        reuse_cache: keep each reply's KV cache for the next turn, whose prompt extends it (see the
+            module docstring); False recomputes every prompt in full.
     """
 
     def __init__(self, model=None, tokenizer=None, device: str | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 32):
+                 dtype: torch.dtype | None = None, batch_size: int = 32, reuse_cache: bool = True):
         self.device = pick_device(device)
         if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             if dtype is None:
@@ -84,6 +93,10 @@ class TransformersPolicy(Policy):
         self.batch_size = batch_size
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids()
+        self.reuse_cache = reuse_cache
+        # token ids (prompt + reply but its last token) -> per layer (keys, values), each (heads, length, dim)
+        self._kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.prefilled_tokens = 0  # prompt tokens run through the model by generate (for benchmarks)
 
     def _eos_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -93,52 +106,109 @@ class TransformersPolicy(Policy):
         return {int(i) for i in ids if i is not None}
 
     # -- generation ------------------------------------------------------------------------------
+    def reset_cache(self) -> None:
+        self._kept = {}
+
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
         ids = [self.prompt_ids(p) for p in prompts]
+        previous, self._kept = self._kept, {}
         out: list[Generation] = []
         for start in range(0, len(ids), self.batch_size):
             chunk = ids[start:start + self.batch_size]
             seeds = None if sampling.seed is None else [sampling.seed + start + i for i in range(len(chunk))]
-            out.extend(self._generate_batch(chunk, sampling, seeds))
+            out.extend(self._generate_batch(chunk, sampling, seeds, previous))
         return out
+
+    def _find_kept(self, prompt: list[int], kept: dict) -> int:
+        """Length of the longest kept token sequence that is a proper prefix of ``prompt`` (0: none)."""
+        for length in sorted({len(key) for key in kept}, reverse=True):
+            if length < len(prompt) and tuple(prompt[:length]) in kept:
+                return length
+        return 0
+
+    def _prefill(self, prompt_ids: list[list[int]], kept: dict):
+        """Run the prompts (their new tokens only, where a kept cache covers the rest); return
+        (logits, cache, mask, positions).
+
+        Layout per row: [kept past, left-padded to the longest] [new tokens, left-padded]; the mask
+        hides both paddings and positions count real tokens only, so each row computes what it would alone.
+        """
+        n = len(prompt_ids)
+        past = [self._find_kept(p, kept) if self.reuse_cache else 0 for p in prompt_ids]
+        new = [p[k:] for p, k in zip(prompt_ids, past)]
+        past_width, width = max(past), max(len(x) for x in new)
+        self.prefilled_tokens += sum(len(x) for x in new)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, past_width + width), dtype=torch.long)
+        for i, (p, x) in enumerate(zip(past, new)):
+            input_ids[i, width - len(x):] = torch.tensor(x)
+            mask[i, past_width - p:past_width] = 1
+            mask[i, past_width + width - len(x):] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past_width:]
+        cache = None
+        if past_width:
+            layers = []
+            for layer in range(len(next(iter(kept.values())))):
+                keys, values = [], []
+                for p, prompt in zip(past, prompt_ids):
+                    k, v = kept[tuple(prompt[:p])][layer] if p else self._empty_kv(kept, layer)
+                    keys.append(torch.nn.functional.pad(k, (0, 0, past_width - p, 0)))
+                    values.append(torch.nn.functional.pad(v, (0, 0, past_width - p, 0)))
+                layers.append((torch.stack(keys), torch.stack(values)))
+            cache = DynamicCache(ddp_cache_data=layers)
+        logits, cache = forward(self.model, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        return logits, cache, mask, positions
+
+    @staticmethod
+    def _empty_kv(kept: dict, layer: int):
+        k, v = next(iter(kept.values()))[layer]
+        return k[:, :0], v[:, :0]
+
+    def _keep(self, cache, k: int, mask: torch.Tensor, tokens: tuple[int, ...]) -> None:
+        """Keep cache row ``k`` (its real positions, which hold ``tokens``) for the next call."""
+        if not self.reuse_cache:
+            return
+        real = mask[k].bool()
+        self._kept[tokens] = [(layer.keys[k][:, real], layer.values[k][:, real]) for layer in cache.layers]
 
     @torch.no_grad()
     def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingConfig,
-                        seeds: list[int] | None) -> list[Generation]:
+                        seeds: list[int] | None, kept: dict) -> list[Generation]:
         model, device = self.model, self.device
         n = len(prompt_ids)
-        width = max(len(p) for p in prompt_ids)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.full((n, width), pad, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompt_ids):  # left padding: every row's next token is at the end
-            input_ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         generators = [torch.Generator().manual_seed(s) for s in seeds] if seeds else [None] * n
         temperature = sampling.temperature if sampling.temperature > 0 else 1.0
         stop_window = max((len(s) for s in sampling.stop), default=0) + 8
 
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
+        entropies: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
         active = list(range(n))  # rows of the original batch still generating, in cache order
-        logits, cache = forward(model, input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        logits, cache, mask, positions = self._prefill(prompt_ids, kept)
         for _ in range(sampling.max_new_tokens):
             logits = logits[:, -1].float()
             logprobs = torch.log_softmax(logits / temperature, dim=-1)
             chosen = self._sample(logprobs, sampling, [generators[r] for r in active])
-            keep = []
+            entropy = (logprobs.exp() * logprobs).nan_to_num().sum(-1).neg().tolist()
+            keep: list[int] = []
             for k, row in enumerate(active):
                 token = int(chosen[k])
                 tokens[row].append(token)
                 logps[row].append(float(logprobs[k, token]))
+                entropies[row].append(entropy[k])
                 if token in self.eos_ids or self._hit_stop(tokens[row], sampling.stop, stop_window):
                     finish[row] = "stop"
                 else:
                     keep.append(k)
-            if not keep or len(tokens[active[0]]) >= sampling.max_new_tokens:
+            last = not keep or len(tokens[active[0]]) >= sampling.max_new_tokens
+            going_on = set(keep)
+            for k, row in enumerate(active):  # the cache holds the prompt and all but the newest token
+                if last or k not in going_on:
+                    self._keep(cache, k, mask, (*prompt_ids[row], *tokens[row][:-1]))
+            if last:
                 break
             if len(keep) < len(active):  # drop finished rows from the batch and its cache
                 index = torch.tensor(keep)
@@ -154,7 +224,7 @@ class TransformersPolicy(Policy):
         return [
             Generation(text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
                        prompt_ids=list(prompt_ids[i]), token_ids=tokens[i], logprobs=logps[i],
-                       finish_reason=finish[i])
+                       finish_reason=finish[i], entropies=entropies[i])
             for i in range(n)
         ]
 

@@ -1,0 +1,185 @@
+"""What the findings scripts share: the warm-started model, cells of training runs that resume, a
+held-out evaluation, and results written as CSV, JSON, a PNG and a printed table.
+
+A cell is one training run (one setting, one seed). Its ``result.json`` is written when it is done,
+so a script that is stopped and started again skips the finished cells and reruns the unfinished one.
+Every result records the cell's seed and full config; ``config.json`` in the results folder records the
+script's arguments.
+
+``--quick`` is the scale that finishes in about 15 minutes on 2 CPU cores: a handful of iterations
+of a few groups, too little to train much, enough to see the machinery and the proxies move. The full
+default runs for a few hours there; on a GPU, raise ``--iterations``, ``--groups``, ``--group-size``,
+pass ``--backend vllm`` for the rollouts and ``--model`` for a larger model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+# The warm start every script starts from (built once, then reused: trainers.sft caches it).
+WARM_ENV = "Ragen/FrozenLakeCoord-v0"
+WARM_SETTINGS = {"episodes": 60, "imperfect": 0.3, "max_new_tokens": 64, "max_turns": 3}
+
+
+@dataclass
+class Scale:
+    iterations: int  # training iterations per cell
+    groups: int  # P
+    group_size: int  # G
+    max_turns: int
+    max_new_tokens: int
+    val_episodes: int  # held-out episodes per cell, played greedily after training
+    seeds: int  # seeds per setting
+
+
+QUICK = Scale(iterations=3, groups=2, group_size=4, max_turns=3, max_new_tokens=64, val_episodes=8, seeds=1)
+FULL = Scale(iterations=40, groups=4, group_size=8, max_turns=3, max_new_tokens=64, val_episodes=32, seeds=3)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="about 15 minutes on 2 CPU cores")
+    p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<script>[-quick])")
+    p.add_argument("--model", default=None,
+                   help="model to train (default: the embedded model warm-started on FrozenLakeCoord oracles)")
+    p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
+                   help="rollout backend (vllm: the trainer trains with transformers and syncs weights)")
+    p.add_argument("--device", default=None, help="training device (default: cuda when available)")
+    for field in ("iterations", "groups", "group_size", "max_turns", "max_new_tokens", "val_episodes", "seeds"):
+        p.add_argument(f"--{field.replace('_', '-')}", type=int, default=None, help=f"override the scale's {field}")
+    p.add_argument("--freeze-layers", type=int, default=20, help="bottom layers kept frozen (a CPU speed option)")
+    return p
+
+
+def scale(args) -> Scale:
+    base = QUICK if args.quick else FULL
+    return replace(base, **{k: getattr(args, k) for k in asdict(base) if getattr(args, k) is not None})
+
+
+def results_folder(args, script: str) -> Path:
+    out = Path(args.out or Path(__file__).parent / "results" / (script + ("-quick" if args.quick else "")))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps({"script": script, **vars(args), "scale": asdict(scale(args))},
+                                                indent=2) + "\n")
+    return out
+
+
+def warm_model(args) -> str:
+    """``--model``, else the warm start (made on first use, about 3 minutes on 2 cores, then cached)."""
+    if args.model:
+        return args.model
+    from ragen_envs.agent import ChatEnvConfig
+    from ragen_envs.agent.default_model import cache_dir
+    from trainers.config import SFTConfig
+    from trainers.sft import warm_start
+
+    settings = dict(WARM_SETTINGS)
+    out = cache_dir() / "warm-start" / "frozenlake-coord"
+    config = SFTConfig(episodes=settings["episodes"], imperfect=settings["imperfect"],
+                       max_new_tokens=settings["max_new_tokens"], output_dir=str(out),
+                       chat=ChatEnvConfig(max_turns=settings["max_turns"]))
+    warm_start(None, [WARM_ENV], config)
+    return str(out)
+
+
+def trainer_config(s: Scale, seed: int, freeze_layers: int, **fields):
+    """A TrainerConfig at scale ``s``: metrics only (no checkpoints), MI proxies every iteration."""
+    from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
+    from trainers import TrainerConfig
+
+    rollout = RolloutConfig(n_groups=s.groups, group_size=s.group_size, seed=seed,
+                            env_kwargs=fields.pop("env_kwargs", {}), chat=ChatEnvConfig(max_turns=s.max_turns),
+                            sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=1.0))
+    base = dict(algorithm="grpo", num_iterations=s.iterations, learning_rate=1e-5, mini_batch_size=32,
+                mi_every=1, save_strategy="no", save_rollouts_steps=0, logging_steps=0,
+                freeze_layers=freeze_layers, overwrite_output_dir=True, rollout=rollout)
+    return TrainerConfig(**{**base, **fields})
+
+
+def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
+    """Greedy success on ``s.val_episodes`` held-out episodes (seeds from 100000 + seed), with the
+    success of random valid actions on the same episodes beside it."""
+    from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig
+    from ragen_envs.agent.baseline import random_success
+
+    config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=100_000 + seed, env_kwargs=env_kwargs,
+                           chat=ChatEnvConfig(max_turns=s.max_turns),
+                           sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=0.0))
+    trajectories = RolloutRunner(env, policy, config).collect()
+    chance = random_success(trajectories, config.chat, seed)
+    return {"val_success": float(np.mean([t.success for t in trajectories])),
+            "val_random_success": float(np.mean(list(chance.values()))) if chance else float("nan"),
+            "val_format_valid": float(np.mean([t.format_valid for t in trajectories]))}
+
+
+def summarize(history: list[dict]) -> dict:
+    """A run's proxies: the mean over its iterations (the last half for MI, once it has settled a little)."""
+    def mean(key, records):
+        values = [r[key] for r in records if key in r and r[key] == r[key]]
+        return float(np.mean(values)) if values else float("nan")
+
+    late = history[len(history) // 2:] or history
+    out = {
+        "train_success": mean("rollout/success", late),
+        "retrieval_acc": mean("mi/retrieval_acc", late),
+        "retrieval_chance": mean("mi/retrieval_chance", late),
+        "mi_est": mean("mi/mi_est", late),
+        "mi_est_code": mean("mi_code/mi_est", late),
+        "mi_zscore_ema": mean("mi_code/mi_zscore_ema", late),
+        "conditional_entropy": mean("mi/conditional_entropy", late),
+        "token_entropy": mean("policy/token_entropy", late),
+        "reply_length": mean("rollout/response_length", late),
+        "kept_ratio": mean("filter/kept_ratio", history),
+    }
+    for key in ("iteration", "rollout", "mi", "stats", "filter", "update"):
+        out[f"{key}_s"] = mean(f"time/{key}_s", history)
+    return out
+
+
+def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args, seed: int) -> dict:
+    """Train one cell (or read its finished result) and evaluate it."""
+    from trainers import Trainer
+
+    done = out / name / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    rollout_policy = None
+    if args.backend == "vllm":
+        from ragen_envs.agent.backends.vllm import VLLMPolicy
+
+        rollout_policy = VLLMPolicy(model)
+    config = replace(config, output_dir=str(out / name / "run"))
+    start = time.perf_counter()
+    trainer = Trainer(model, env, config, device=args.device, rollout_policy=rollout_policy)
+    history = trainer.train()
+    result = {"cell": name, "seed": seed, **summarize(history),
+              **evaluate(trainer.policy, env, config.rollout.env_kwargs, s, seed),
+              "wall_s": time.perf_counter() - start, "config": config.to_dict()}
+    done.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> None:
+    """``results.csv``, ``results.json`` and the printed table."""
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"\n{title}")
+    print(" ".join(f"{c:>14s}" for c in columns))
+    for row in rows:
+        print(" ".join(f"{row[c]:14.3f}" if isinstance(row.get(c), float) else f"{str(row.get(c, '')):>14s}"
+                       for c in columns))
+    print(f"\nresults in {out}")
+
+
+def progress_line(i: int, n: int, name: str) -> None:
+    print(f"[{i}/{n}] {name}", flush=True)

@@ -1,0 +1,83 @@
+"""Where a training iteration's time goes: rollout, MI scoring, no-grad pass, filter, update.
+
+One GRPO iteration (top-p filter, MI proxies on) of the same model on the same episodes, run as:
+- before: every turn's prompt recomputed in full and the no-grad pass always run (this project's
+  trainer before the KV cache was kept across turns and unneeded passes were skipped);
+- now: the defaults (KV cache kept across turns; the no-grad pass only where the update needs it);
+- now, frozen bottom: the same with ``freeze_layers`` bottom layers and the embeddings frozen (an
+  option for CPU runs; it changes what is trained, not how the rest is computed).
+Each row prints seconds per phase and the iteration time against "before". What each iteration
+computes is the same in the first two rows (``tests/test_backends.py`` and ``tests/test_trainer.py``
+check that kept caches and skipped passes give the same tokens, log-probs and weights).
+
+    python benchmarks/iteration_time.py [--groups 4 --group-size 4 --max-turns 5 --max-new-tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
+from ragen_envs.registry import ENVIRONMENTS
+
+PHASES = ("rollout", "mi", "stats", "filter", "update")
+
+
+def one_iteration(args, name: str, before: bool, freeze_layers: int) -> dict:
+    from trainers import Trainer, TrainerConfig
+
+    rollout = RolloutConfig(n_groups=args.groups, group_size=args.group_size, seed=args.seed,
+                            chat=ChatEnvConfig(max_turns=args.max_turns),
+                            sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0))
+    with tempfile.TemporaryDirectory() as out:
+        config = TrainerConfig(algorithm="grpo", filter="top_p", filter_value=0.9, mi_every=1, learning_rate=1e-6,
+                               freeze_layers=freeze_layers, output_dir=out, rollout=rollout, save_rollouts_steps=0)
+        trainer = Trainer(args.model, args.env, config)
+        if before:  # no kept caches; the no-grad pass over every sequence, before filtering
+            trainer.policy.reuse_cache = False
+            trainer._needs_old_pass = lambda kept: True
+            collect = trainer.runner.collect
+
+            def collect_without_entropies():
+                trajectories = collect()
+                for t in trajectories:
+                    for turn in t.turns:
+                        turn.entropies = None  # as before: entropies come from the no-grad pass
+                return trajectories
+
+            trainer.runner.collect = collect_without_entropies
+        start = time.perf_counter()
+        metrics = trainer.iteration_step()
+        metrics["total"] = time.perf_counter() - start
+    return {"name": name, **metrics}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", choices=list(ENVIRONMENTS), default="Ragen/FrozenLake-v0")
+    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=5)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--freeze-layers", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
+    args = parser.parse_args()
+    print(f"{args.env}: one GRPO iteration, {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
+          f"{args.max_new_tokens} new tokens per turn, MI proxies on")
+    rows = [one_iteration(args, "before", True, 0),
+            one_iteration(args, "now", False, 0),
+            one_iteration(args, f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers)]
+    print(f"{'run':28s} " + " ".join(f"{p + ' s':>9s}" for p in PHASES) + f" {'total s':>9s} {'vs before':>10s}"
+          f" {'tokens':>7s}")
+    for row in rows:
+        phases = " ".join(f"{row.get(f'time/{p}_s', 0.0):9.1f}" for p in PHASES)
+        tokens = row["rollout/response_length"] * row["rollout/turns"] * args.groups * args.group_size
+        print(f"{row['name']:28s} {phases} {row['total']:9.1f} {rows[0]['total'] / row['total']:9.2f}x "
+              f"{tokens:7.0f}")
+
+
+if __name__ == "__main__":
+    main()

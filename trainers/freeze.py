@@ -1,0 +1,23 @@
+"""Train only the top of a model: the cheap option for CPU runs (SFT and RL alike).
+
+With the embeddings and the bottom layers frozen, autograd records nothing below the first
+trainable layer, so the backward pass and the optimizer state shrink with the trained share.
+A model with tied input and output embeddings (SmolLM2) keeps its LM head frozen with them.
+"""
+
+from __future__ import annotations
+
+
+def freeze_bottom(model, layers: int) -> None:
+    """Freeze the input embeddings and the bottom ``layers`` decoder layers of ``model`` (0: none)."""
+    if layers <= 0:
+        return
+    base = model.base_model
+    decoder = list(getattr(base, "layers", []))
+    if layers > len(decoder):
+        raise ValueError(f"freeze_layers={layers}, but the model has {len(decoder)} decoder layers")
+    for p in base.get_input_embeddings().parameters():
+        p.requires_grad_(False)
+    for layer in decoder[:layers]:
+        for p in layer.parameters():
+            p.requires_grad_(False)
