@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-# The warm start every script starts from (built once, then reused: trainers.sft caches it).
+# The warm start every script starts from: `make demo`'s (SFTConfig's defaults on this env, in the user
+# cache), made on first use and then reused.
 WARM_ENV = "Ragen/FrozenLakeCoord-v0"
-WARM_SETTINGS = {"episodes": 60, "imperfect": 0.3, "max_new_tokens": 64, "max_turns": 3}
 
 
 @dataclass
@@ -75,17 +75,12 @@ def warm_model(args) -> str:
     """``--model``, else the warm start (made on first use, about 3 minutes on 2 cores, then cached)."""
     if args.model:
         return args.model
-    from ragen_envs.agent import ChatEnvConfig
     from ragen_envs.agent.default_model import cache_dir
     from trainers.config import SFTConfig
     from trainers.sft import warm_start
 
-    settings = dict(WARM_SETTINGS)
     out = cache_dir() / "warm-start" / "frozenlake-coord"
-    config = SFTConfig(episodes=settings["episodes"], imperfect=settings["imperfect"],
-                       max_new_tokens=settings["max_new_tokens"], output_dir=str(out),
-                       chat=ChatEnvConfig(max_turns=settings["max_turns"]))
-    warm_start(None, [WARM_ENV], config)
+    warm_start(None, [WARM_ENV], SFTConfig(output_dir=str(out)))
     return str(out)
 
 

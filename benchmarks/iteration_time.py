@@ -1,6 +1,7 @@
 """Where a training iteration's time goes: rollout, MI scoring, no-grad pass, filter, update.
 
-One GRPO iteration (top-p filter, MI proxies on) of the same model on the same episodes, run as:
+One GRPO iteration (MI proxies on; no filter by default, so every row updates on the whole batch) of
+the warm-started model (``make demo``'s, built on first use) on the same episodes, run as:
 - before: every turn's prompt recomputed in full and the no-grad pass always run (this project's
   trainer before the KV cache was kept across turns and unneeded passes were skipped);
 - now: the defaults (KV cache kept across turns; the no-grad pass only where the update needs it);
@@ -19,6 +20,7 @@ import argparse
 import tempfile
 import time
 
+import findings
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.registry import ENVIRONMENTS
 
@@ -32,7 +34,7 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int) -> dict:
                             chat=ChatEnvConfig(max_turns=args.max_turns),
                             sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0))
     with tempfile.TemporaryDirectory() as out:
-        config = TrainerConfig(algorithm="grpo", filter="top_p", filter_value=0.9, mi_every=1, learning_rate=1e-6,
+        config = TrainerConfig(algorithm="grpo", filter=args.filter, filter_value=0.9, mi_every=1, learning_rate=1e-6,
                                freeze_layers=freeze_layers, output_dir=out, rollout=rollout, save_rollouts_steps=0)
         trainer = Trainer(args.model, args.env, config)
         if before:  # no kept caches; the no-grad pass over every sequence, before filtering
@@ -56,27 +58,30 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", choices=list(ENVIRONMENTS), default="Ragen/FrozenLake-v0")
+    parser.add_argument("--env", choices=list(ENVIRONMENTS), default="Ragen/FrozenLakeCoord-v0")
+    parser.add_argument("--filter", choices=("none", "top_p"), default="none")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--freeze-layers", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
+    parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct warm-started "
+                        "on FrozenLakeCoord (as `make demo`), so it writes reasoning (MI) and rewards vary")
     args = parser.parse_args()
+    args.model = findings.warm_model(args)
     print(f"{args.env}: one GRPO iteration, {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
           f"{args.max_new_tokens} new tokens per turn, MI proxies on")
-    rows = [one_iteration(args, "before", True, 0),
-            one_iteration(args, "now", False, 0),
-            one_iteration(args, f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers)]
     print(f"{'run':28s} " + " ".join(f"{p + ' s':>9s}" for p in PHASES) + f" {'total s':>9s} {'vs before':>10s}"
           f" {'tokens':>7s}")
-    for row in rows:
+    rows = []
+    for name, before, frozen in (("before", True, 0), ("now", False, 0),
+                                 (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers)):
+        rows.append(row := one_iteration(args, name, before, frozen))
         phases = " ".join(f"{row.get(f'time/{p}_s', 0.0):9.1f}" for p in PHASES)
         tokens = row["rollout/response_length"] * row["rollout/turns"] * args.groups * args.group_size
         print(f"{row['name']:28s} {phases} {row['total']:9.1f} {rows[0]['total'] / row['total']:9.2f}x "
-              f"{tokens:7.0f}")
+              f"{tokens:7.0f}", flush=True)
 
 
 if __name__ == "__main__":

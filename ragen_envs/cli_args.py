@@ -93,8 +93,10 @@ def _converter(tp, optional: bool):
     return convert
 
 
-def add_config(parser: argparse.ArgumentParser, cls: type, include: set[str] | None = None) -> None:
-    """Add a flag per (nested) field of ``cls``; ``include`` limits the top-level fields."""
+def add_config(parser: argparse.ArgumentParser, cls: type, include: set[str] | None = None,
+               defaults: Any = None) -> None:
+    """Add a flag per (nested) field of ``cls``; ``include`` limits the top-level fields. A nested
+    config's defaults are its parent's (``SFTConfig.chat`` may differ from ``ChatEnvConfig()``)."""
     hints = typing.get_type_hints(cls)
     comments = field_comments(cls)
     taken = {a.dest for a in parser._actions}
@@ -102,10 +104,11 @@ def add_config(parser: argparse.ArgumentParser, cls: type, include: set[str] | N
         if include is not None and f.name not in include:
             continue
         tp = hints[f.name]
+        default = getattr(defaults, f.name) if defaults is not None else _default(f)
         if dataclasses.is_dataclass(tp):
-            add_config(parser, tp)
+            add_config(parser, tp, defaults=default)
             continue
-        dest, default = _dest(f), _default(f)
+        dest = _dest(f)
         if dest in taken:
             raise ValueError(f"flag --{dest.replace('_', '-')} of {cls.__name__}.{f.name} is already taken")
         flag = "--" + dest.replace("_", "-")

@@ -266,8 +266,9 @@ def test_kept_kv_cache_gives_the_same_turns_and_prefills_only_new_tokens(tiny_po
         for x, y in zip(a.turns, b.turns):
             assert x.prompt_ids == y.prompt_ids and x.response_ids == y.response_ids
             np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
-    # later turns prefill only the reply's last token and the new message, not the whole conversation
-    new_tokens = sum(len(t.turns[0].prompt_ids) for t in kept) + sum(
+    # later turns prefill only the reply's last token and the new message, not the whole conversation;
+    # the first prompt once per group (its samples start alike)
+    new_tokens = sum(len(p) for p in {tuple(t.turns[0].prompt_ids) for t in kept}) + sum(
         len(y.prompt_ids) - len(x.prompt_ids) - len(x.response_ids) + 1
         for t in kept for x, y in zip(t.turns, t.turns[1:]))
     assert prefilled == new_tokens < full
@@ -286,3 +287,22 @@ def test_kept_cache_mixes_rows_with_and_without_a_past(tiny_policy):
     for a, b in zip(both, alone):
         assert a.token_ids == b.token_ids
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+def test_score_reuses_the_prefix_shared_with_the_previous_prompt(tiny_policy):
+    conts = [[11, 12, 13], [14], [15, 16]]
+    system = tiny_policy.encode_chat([{"role": "system", "content": "You walk on a frozen lake."}, *CHAT])
+    prompts = [system, system + [101, 102, 103], system[:-3] + [104, 105]]
+    tiny_policy.reuse_cache = True
+    tiny_policy.reset_cache()
+    tiny_policy.prompt_tokens_scored = 0
+    shared = [tiny_policy.score(p, conts) for p in prompts]
+    # the second prompt extends the first (3 new tokens), the third shares all but the first's last 3
+    assert tiny_policy.prompt_tokens_scored == len(system) + 3 + 2
+    tiny_policy.reset_cache()
+    tiny_policy.reuse_cache = False
+    alone = [tiny_policy.score(p, conts) for p in prompts]
+    tiny_policy.reuse_cache = True
+    for a, b in zip(shared, alone):
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, atol=1e-4)

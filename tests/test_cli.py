@@ -291,3 +291,14 @@ def test_presets_set_the_defaults_and_flags_override_them():
     assert quick.num_iterations == 5 and quick.rollout.group_size == 4 and quick.mini_batch_size == 8
     with pytest.raises(SystemExit):
         parse(["train", "--preset", "huge", "--env", "Ragen/FrozenLake-v0"])
+
+
+def test_the_demo_warm_start_prompts_match_the_cpu_quick_runs():
+    """`make demo` trains the warm start with SFTConfig's defaults, then RL with cpu-quick: the prompts
+    (turns left, reply budget) must be the same, or the warm start learnt other prompts."""
+    from trainers.config import SFTConfig, TrainerConfig
+
+    quick, sft = TrainerConfig.from_preset("cpu-quick"), SFTConfig()
+    assert quick.rollout.chat == sft.chat
+    assert quick.rollout.sampling.max_new_tokens == sft.max_new_tokens
+    assert quick.freeze_layers == sft.freeze_layers

@@ -104,6 +104,9 @@ class CountingPolicy:
         self.calls.append(tuple(prompt))
         return [np.array([-(t / 100) - sum(prompt) / 1000 / max(len(c), 1) for t in c]) for c in conts]
 
+    def reset_cache(self):
+        pass
+
 
 def test_cross_loglik_merges_identical_prompts():
     policy = CountingPolicy()
@@ -170,3 +173,17 @@ def test_chance_at_each_k_and_the_sequence_level_forms():
     assert m["recall_chance_at_2"] == m["recall_chance_at_8"] == 1.0  # P = 2
     assert m["conditional_entropy_seq"] == pytest.approx(1.5)  # -(-2 - 1) / 2
     assert m["marginal_std_seq"] >= 0 and "mi_zscore_seq" in m
+
+
+def test_cross_loglik_scores_a_repeated_reasoning_once():
+    policy = CountingPolicy()
+    scored = []
+    original = policy.score
+    policy.score = lambda prompt, conts: scored.append(len(conts)) or original(prompt, conts)
+    prompts = [[1, 2], [3], [4]]
+    reasonings = [[[5], [6, 7]], [[5], [9]], [[6, 7], [5]]]  # drawn with replacement: repeats
+    loglik, lengths = cross_loglik(policy, prompts, reasonings)
+    assert scored == [3, 3, 3]  # 6 entries, 3 distinct reasonings, one pass per prompt
+    expected, _ = cross_loglik(CountingPolicy(), prompts, reasonings)
+    assert loglik[0, 0, 2] == loglik[1, 0, 2] == loglik[2, 1, 2]  # the same reasoning, the same score
+    np.testing.assert_allclose(loglik, expected)

@@ -190,7 +190,7 @@ class TrainerConfig:
 
 @dataclass
 class SFTConfig:
-    episodes: int = 200  # oracle episodes per env
+    episodes: int = 60  # oracle episodes per env
     imperfect: float = 0.3  # share of turns that play a random valid action instead of the oracle's
     epochs: int = 1  # passes over the demonstrations
     batch_size: int = 2  # episodes per optimizer step (each episode is one sequence of all its turns)
@@ -201,8 +201,9 @@ class SFTConfig:
     # replace a warm start made with other settings in output_dir (the same settings are reused as they are)
     overwrite_output_dir: bool = field(default=False, metadata={"flag": "overwrite"})
     # the reply budget each prompt states: the RL run's --max-new-tokens, so prompts match exactly
-    max_new_tokens: int = 128
-    chat: ChatEnvConfig = field(default_factory=ChatEnvConfig)  # turns and format, as in the RL runs
+    max_new_tokens: int = 64
+    # turns and format, as in the RL runs (prompts state the turns left); defaults: the cpu-quick preset's
+    chat: ChatEnvConfig = field(default_factory=lambda: ChatEnvConfig(max_turns=3))
 
     def __post_init__(self):
         if self.episodes < 1 or self.epochs < 1 or self.batch_size < 1:
@@ -229,10 +230,10 @@ PRESETS = ("ragen2-main", "cpu-quick")
 def preset(name: str, env: str | None = None) -> dict:
     """The settings of preset ``name`` for ``env`` (the run's single env, for per-env settings)."""
     if name == "cpu-quick":
-        return {"num_iterations": 3, "filter": "top_p", "filter_value": 0.9, "learning_rate": 1e-5,
-                "mini_batch_size": 8, "mi_every": 1,
-                "rollout": {"n_groups": 2, "group_size": 4, "chat": {"max_turns": 2},
-                            "sampling": {"max_new_tokens": 48, "temperature": 1.0}}}
+        return {"num_iterations": 6, "filter": "top_p", "filter_value": 0.9, "learning_rate": 1e-5,
+                "mini_batch_size": 8, "mi_every": 1, "freeze_layers": 20,
+                "rollout": {"n_groups": 2, "group_size": 4, "chat": {"max_turns": 3},
+                            "sampling": {"max_new_tokens": 64, "temperature": 1.0}}}
     if name == "ragen2-main":
         turns, actions = MAIN_TABLE_TURNS.get(env, (5, 2))
         env_kwargs = {env: dict(MAIN_TABLE_ENV_KWARGS[env])} if env in MAIN_TABLE_ENV_KWARGS else {}

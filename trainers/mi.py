@@ -147,7 +147,8 @@ def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[in
     ``prompts[i]`` is X_i (token ids), ``reasonings[i][k]`` the ids of Z_ik. Token-identical prompts
     are merged into one column first: their rows are pooled, and rows are padded with empty
     (length-0) entries so the array stays rectangular. Each distinct prompt is scored once against
-    all reasonings with ``policy.score``, which computes the prompt's prefix once.
+    all distinct reasonings with ``policy.score``, which computes the prompt's prefix once (and, in the
+    transformers backend, only what it does not share with the prompt scored before it).
     """
     columns: dict[tuple[int, ...], list[list[int]]] = {}
     for prompt, zs in zip(prompts, reasonings):
@@ -155,10 +156,17 @@ def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[in
     keys = list(columns)
     width = max(len(zs) for zs in columns.values())
     rows = [zs + [[]] * (width - len(zs)) for zs in columns.values()]
-    flat = [z for row in rows for z in row]
+    flat = [tuple(z) for row in rows for z in row]
     lengths = np.array([[len(z) for z in row] for row in rows])
+    # A reasoning drawn twice (the trajectory scope draws with replacement) is scored once.
+    unique = list(dict.fromkeys(flat))
+    where = {z: n for n, z in enumerate(unique)}
     loglik = np.zeros((len(keys), width, len(keys)))
-    for j, prompt in enumerate(keys):
-        scored = policy.score(list(prompt), flat)
-        loglik[:, :, j] = np.array([s.sum() for s in scored]).reshape(len(keys), width)
+    # In sorted order, prompts that share a prefix come one after another: the backend reuses it.
+    try:
+        for j in sorted(range(len(keys)), key=lambda j: keys[j]):
+            sums = [s.sum() for s in policy.score(list(keys[j]), [list(z) for z in unique])]
+            loglik[:, :, j] = np.array([sums[where[z]] for z in flat]).reshape(len(keys), width)
+    finally:
+        policy.reset_cache()
     return loglik, lengths

@@ -14,7 +14,6 @@ start and end of every batch, so a weight update never meets a stale cache).
 
 from __future__ import annotations
 
-import copy
 import inspect
 from typing import Sequence
 
@@ -96,7 +95,9 @@ class TransformersPolicy(Policy):
         self.reuse_cache = reuse_cache
         # token ids (prompt + reply but its last token) -> per layer (keys, values), each (heads, length, dim)
         self._kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._scored: tuple[list[int], list] | None = None  # score's last prompt and its (keys, values)
         self.prefilled_tokens = 0  # prompt tokens run through the model by generate (for benchmarks)
+        self.prompt_tokens_scored = 0  # prompt tokens run through the model by score
 
     def _eos_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -107,7 +108,7 @@ class TransformersPolicy(Policy):
 
     # -- generation ------------------------------------------------------------------------------
     def reset_cache(self) -> None:
-        self._kept = {}
+        self._kept, self._scored = {}, None
 
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
         ids = [self.prompt_ids(p) for p in prompts]
@@ -166,6 +167,25 @@ class TransformersPolicy(Policy):
         k, v = next(iter(kept.values()))[layer]
         return k[:, :0], v[:, :0]
 
+    def _prompt_forward(self, prompt_ids: list[int]):
+        """(logits, cache) of a prompt, reusing the previous ``score`` prompt's keys and values up to the
+        prefix both share (at least the last token is always run: its logits predict the continuation)."""
+        shared, past = 0, None
+        if self.reuse_cache and self._scored is not None:
+            previous, layers = self._scored
+            limit = min(len(previous), len(prompt_ids) - 1)
+            while shared < limit and previous[shared] == prompt_ids[shared]:
+                shared += 1
+            if shared:
+                past = DynamicCache(ddp_cache_data=[(k[:, :, :shared], v[:, :, :shared]) for k, v in layers])
+        positions = torch.arange(shared, len(prompt_ids), device=self.device)[None]
+        logits, cache = forward(self.model, past, input_ids=torch.tensor([prompt_ids[shared:]], device=self.device),
+                                position_ids=positions)
+        self.prompt_tokens_scored += len(prompt_ids) - shared
+        if self.reuse_cache:
+            self._scored = (prompt_ids, [(layer.keys, layer.values) for layer in cache.layers])
+        return logits, cache
+
     def _keep(self, cache, k: int, mask: torch.Tensor, tokens: tuple[int, ...]) -> None:
         """Keep cache row ``k`` (its real positions, which hold ``tokens``) for the next call."""
         if not self.reuse_cache:
@@ -187,7 +207,14 @@ class TransformersPolicy(Policy):
         entropies: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
         active = list(range(n))  # rows of the original batch still generating, in cache order
-        logits, cache, mask, positions = self._prefill(prompt_ids, kept)
+        # Identical prompts (the G samples of a group start alike) are prefilled once, then copied.
+        distinct = list(dict.fromkeys(tuple(p) for p in prompt_ids))
+        logits, cache, mask, positions = self._prefill([list(p) for p in distinct], kept)
+        if len(distinct) < n:
+            where = {p: k for k, p in enumerate(distinct)}
+            index = torch.tensor([where[tuple(p)] for p in prompt_ids], device=device)
+            logits, mask, positions = logits[index], mask[index], positions[index]
+            cache.batch_select_indices(index)
         for _ in range(sampling.max_new_tokens):
             logits = logits[:, -1].float()
             logprobs = torch.log_softmax(logits / temperature, dim=-1)
@@ -256,37 +283,42 @@ class TransformersPolicy(Policy):
     def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
         """log p(token | prompt, earlier tokens) for each token of each continuation.
 
-        The prompt runs once; its KV cache is copied across a batch of continuations.
+        The prompt runs once, and only past the prefix it shares with the previous call's prompt (MI
+        scoring scores many prompts that share a system prompt or extend each other; ``reset_cache()``
+        forgets that prompt). Each batch of continuations attends to the prompt's KV cache (broadcast,
+        not copied, until the batch's own keys are appended). Continuations are batched shortest first,
+        so a batch pads little.
         """
         if not prompt_ids:
             raise ValueError("score() needs a non-empty prompt")
         device = self.device
-        logits, prompt_cache = forward(self.model, input_ids=torch.tensor([prompt_ids], device=device))
+        logits, prompt_cache = self._prompt_forward(list(prompt_ids))
         first = torch.log_softmax(logits[0, -1].float(), dim=-1)  # predicts each first token
-        results: list[np.ndarray] = []
+        results: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(continuations)
         p = len(prompt_ids)
-        for start in range(0, len(continuations), self.batch_size):
-            chunk = continuations[start:start + self.batch_size]
+        order = sorted(range(len(continuations)), key=lambda i: len(continuations[i]))
+        for start in range(0, len(order), self.batch_size):
+            rows = [i for i in order[start:start + self.batch_size] if continuations[i]]
+            chunk = [continuations[i] for i in rows]
             longest = max((len(c) for c in chunk), default=0)
             if longest <= 1:  # nothing beyond the first token needs a forward pass
-                results.extend(np.array([float(first[c[0]])] if c else [], dtype=np.float32) for c in chunk)
+                for i, c in zip(rows, chunk):
+                    results[i] = np.array([float(first[c[0]])], dtype=np.float32)
                 continue
             ids = torch.zeros((len(chunk), longest), dtype=torch.long)
             mask = torch.zeros((len(chunk), p + longest), dtype=torch.long)
             mask[:, :p] = 1
-            for i, c in enumerate(chunk):  # right padding: padded tokens come after every real one
-                ids[i, :len(c)] = torch.tensor(c, dtype=torch.long)
-                mask[i, p:p + len(c)] = 1
-            cache = copy.deepcopy(prompt_cache)
-            cache.batch_repeat_interleave(len(chunk))
-            positions = torch.arange(p, p + longest).expand(len(chunk), -1)
+            for k, c in enumerate(chunk):  # right padding: padded tokens come after every real one
+                ids[k, :len(c)] = torch.tensor(c, dtype=torch.long)
+                mask[k, p:p + len(c)] = 1
+            n = len(chunk)
+            cache = DynamicCache(ddp_cache_data=[(layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
+                                                 for layer in prompt_cache.layers])
+            positions = torch.arange(p, p + longest).expand(n, -1)
             logits, _ = forward(self.model, cache, input_ids=ids[:, :-1].to(device),
                                 attention_mask=mask[:, :-1].to(device), position_ids=positions[:, :-1].to(device))
-            later = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:].to(device)[..., None])[..., 0]
-            for i, c in enumerate(chunk):
-                if not c:
-                    results.append(np.zeros(0, dtype=np.float32))
-                    continue
-                row = [float(first[c[0]])] + later[i, :len(c) - 1].cpu().tolist()
-                results.append(np.array(row, dtype=np.float32))
+            logits = logits.float()
+            later = logits.gather(-1, ids[:, 1:].to(device)[..., None])[..., 0] - logits.logsumexp(-1)
+            for k, (i, c) in enumerate(zip(rows, chunk)):
+                results[i] = np.array([float(first[c[0]])] + later[k, :len(c) - 1].cpu().tolist(), dtype=np.float32)
         return results
