@@ -21,7 +21,6 @@ import numpy as np
 
 import findings
 
-ENV = "Ragen/FrozenLakeCoord-v0"
 FILTERS = ("none", "top_p")
 PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy",
            "reply_length")
@@ -81,14 +80,10 @@ def main() -> None:
     coefs = args.entropy_coefs or ([0.001, 0.05] if args.quick else [0.0, 0.001, 0.05])
     out = findings.results_folder(args, "collapse_diagnostics")
     model = findings.warm_model(args)
-    cells = [(name, coef, seed) for name in FILTERS for coef in coefs for seed in range(s.seeds)]
-    rows = []
-    for i, (name, coef, seed) in enumerate(cells, 1):
-        cell = f"{name}-ent{coef}-seed{seed}"
-        findings.progress_line(i, len(cells), cell)
-        config = findings.trainer_config(s, seed, args.freeze_layers, filter=name, filter_value=0.9, entropy_coef=coef)
-        result = findings.run_cell(out, cell, ENV, model, config, s, args, seed)
-        rows.append({"filter": name, "entropy_coef": coef, **result})
+    cells = [(f"{name}-ent{coef}-seed{seed}", {"filter": name, "entropy_coef": coef}, s, seed,
+              {"filter": name, "filter_value": 0.9, "entropy_coef": coef})
+             for name in FILTERS for coef in coefs for seed in range(s.seeds)]
+    rows = findings.run_cells(args, out, model, cells)
     findings.write_table(out, rows, COLUMNS, "Runs (proxies: means over the later iterations)")
     correlations = {proxy: spearman([r[proxy] for r in rows], [r["val_success"] for r in rows]) for proxy in PROXIES}
     (out / "correlations.json").write_text(json.dumps(correlations, indent=2) + "\n")

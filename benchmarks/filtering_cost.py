@@ -24,7 +24,6 @@ import numpy as np
 
 import findings
 
-ENV = "Ragen/FrozenLakeCoord-v0"
 FILTERS = ("none", "top_p")
 COLUMNS = ["split", "filter", "seed", "iteration_s", "rollout_s", "mi_s", "stats_s", "update_s", "filter_share",
            "mi_share", "kept_ratio", "top_p_vs_none"]
@@ -64,18 +63,14 @@ def main() -> None:
     splits = [(batch // g, g) for g in (2, 4, 8) if batch % g == 0 and batch // g >= 2]
     out = findings.results_folder(args, "filtering_cost")
     model = findings.warm_model(args)
-    cells = [(split, name, seed) for split in splits for name in FILTERS for seed in range(s.seeds)]
-    rows = []
-    for i, ((groups, size), name, seed) in enumerate(cells, 1):
-        cell = f"{groups}x{size}-{name}-seed{seed}"
-        findings.progress_line(i, len(cells), cell)
-        cell_scale = replace(s, groups=groups, group_size=size)
-        config = findings.trainer_config(cell_scale, seed, args.freeze_layers, filter=name, filter_value=0.9,
-                                         mini_batch_size=max(1, batch // 4))
-        result = findings.run_cell(out, cell, ENV, model, config, cell_scale, args, seed)
-        rows.append({"split": f"{groups}x{size}", "filter": name, **result,
-                     "filter_share": result["filter_s"] / result["iteration_s"],
-                     "mi_share": result["mi_s"] / result["iteration_s"]})
+    cells = [(f"{groups}x{size}-{name}-seed{seed}", {"split": f"{groups}x{size}", "filter": name},
+              replace(s, groups=groups, group_size=size), seed,
+              {"filter": name, "filter_value": 0.9, "mini_batch_size": max(1, batch // 4)})
+             for groups, size in splits for name in FILTERS for seed in range(s.seeds)]
+    rows = findings.run_cells(args, out, model, cells)
+    for row in rows:
+        row["filter_share"] = row["filter_s"] / row["iteration_s"]
+        row["mi_share"] = row["mi_s"] / row["iteration_s"]
     for row in rows:
         if row["filter"] == "top_p":
             base = [r for r in rows

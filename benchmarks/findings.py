@@ -39,7 +39,7 @@ class Scale:
     seeds: int  # seeds per setting
 
 
-QUICK = Scale(iterations=3, groups=2, group_size=4, max_turns=3, max_new_tokens=64, val_episodes=8, seeds=1)
+QUICK = Scale(iterations=2, groups=2, group_size=4, max_turns=3, max_new_tokens=64, val_episodes=8, seeds=1)
 FULL = Scale(iterations=40, groups=4, group_size=8, max_turns=3, max_new_tokens=64, val_episodes=32, seeds=3)
 
 
@@ -176,5 +176,12 @@ def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> 
     print(f"\nresults in {out}")
 
 
-def progress_line(i: int, n: int, name: str) -> None:
-    print(f"[{i}/{n}] {name}", flush=True)
+def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, int, dict]]) -> list[dict]:
+    """Run (or read back) each cell ``(name, labels, scale, seed, trainer fields)`` on ``WARM_ENV``; a
+    row per cell: its labels and its result."""
+    rows = []
+    for i, (name, labels, s, seed, fields) in enumerate(cells, 1):
+        print(f"[{i}/{len(cells)}] {name}", flush=True)
+        config = trainer_config(s, seed, args.freeze_layers, **fields)
+        rows.append({**labels, **run_cell(out, name, WARM_ENV, model, config, s, args, seed)})
+    return rows

@@ -19,7 +19,6 @@ import numpy as np
 
 import findings
 
-ENV = "Ragen/FrozenLakeCoord-v0"
 SLIPS = (0.0, 0.2, 0.5, 0.8, 1.0)
 FILTERS = ("none", "top_p")
 COLUMNS = ["slip", "filter", "seed", "val_success", "val_random_success", "retrieval_acc", "retrieval_chance",
@@ -57,15 +56,10 @@ def main() -> None:
     s = findings.scale(args)
     out = findings.results_folder(args, "frozenlake_slip_sweep")
     model = findings.warm_model(args)
-    cells = [(slip, name, seed) for slip in SLIPS for name in FILTERS for seed in range(s.seeds)]
-    rows = []
-    for i, (slip, name, seed) in enumerate(cells, 1):
-        cell = f"slip{slip}-{name}-seed{seed}"
-        findings.progress_line(i, len(cells), cell)
-        config = findings.trainer_config(s, seed, args.freeze_layers, filter=name, filter_value=0.9,
-                                         env_kwargs={"slip": slip})
-        result = findings.run_cell(out, cell, ENV, model, config, s, args, seed)
-        rows.append({"slip": slip, "filter": name, **result})
+    cells = [(f"slip{slip}-{name}-seed{seed}", {"slip": slip, "filter": name}, s, seed,
+              {"filter": name, "filter_value": 0.9, "env_kwargs": {"slip": slip}})
+             for slip in SLIPS for name in FILTERS for seed in range(s.seeds)]
+    rows = findings.run_cells(args, out, model, cells)
     findings.write_table(out, rows, COLUMNS, "FrozenLakeCoord slip sweep (means over the run's later iterations)")
     plot(out, rows)
 

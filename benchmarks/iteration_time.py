@@ -6,7 +6,9 @@ the warm-started model (``make demo``'s, built on first use) on the same episode
   trainer before the KV cache was kept across turns and unneeded passes were skipped);
 - now: the defaults (KV cache kept across turns; the no-grad pass only where the update needs it);
 - now, frozen bottom: the same with ``freeze_layers`` bottom layers and the embeddings frozen (an
-  option for CPU runs; it changes what is trained, not how the rest is computed).
+  option for CPU runs; it changes what is trained, not how the rest is computed);
+- now, vLLM rollouts (where vLLM is installed): rollouts on vLLM, the update with transformers, the new
+  weights loaded into vLLM after it.
 Each row prints seconds per phase and the iteration time against "before". What each iteration
 computes is the same in the first two rows (``tests/test_backends.py`` and ``tests/test_trainer.py``
 check that kept caches and skipped passes give the same tokens, log-probs and weights).
@@ -17,6 +19,7 @@ check that kept caches and skipped passes give the same tokens, log-probs and we
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import tempfile
 import time
 
@@ -27,7 +30,7 @@ from ragen_envs.registry import ENVIRONMENTS
 PHASES = ("rollout", "mi", "stats", "filter", "update")
 
 
-def one_iteration(args, name: str, before: bool, freeze_layers: int) -> dict:
+def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool = False) -> dict:
     from trainers import Trainer, TrainerConfig
 
     rollout = RolloutConfig(n_groups=args.groups, group_size=args.group_size, seed=args.seed,
@@ -36,7 +39,12 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         config = TrainerConfig(algorithm="grpo", filter=args.filter, filter_value=0.9, mi_every=1, learning_rate=1e-6,
                                freeze_layers=freeze_layers, output_dir=out, rollout=rollout, save_rollouts_steps=0)
-        trainer = Trainer(args.model, args.env, config)
+        rollout_policy = None
+        if vllm:  # rollouts on vLLM, training with transformers, weights loaded into vLLM after the update
+            from ragen_envs.agent.backends.vllm import VLLMPolicy
+
+            rollout_policy = VLLMPolicy(args.model)
+        trainer = Trainer(args.model, args.env, config, rollout_policy=rollout_policy)
         if before:  # no kept caches; the no-grad pass over every sequence, before filtering
             trainer.policy.reuse_cache = False
             trainer._needs_old_pass = lambda kept: True
@@ -75,9 +83,14 @@ def main() -> None:
     print(f"{'run':28s} " + " ".join(f"{p + ' s':>9s}" for p in PHASES) + f" {'total s':>9s} {'vs before':>10s}"
           f" {'tokens':>7s}")
     rows = []
-    for name, before, frozen in (("before", True, 0), ("now", False, 0),
-                                 (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers)):
-        rows.append(row := one_iteration(args, name, before, frozen))
+    runs = [("before", True, 0, False), ("now", False, 0, False),
+            (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers, False)]
+    if importlib.util.find_spec("vllm") is not None:
+        runs.append(("now, vLLM rollouts", False, 0, True))
+    else:
+        print("(vLLM not installed: no vLLM-rollout row; see rollout_throughput.py for running it)")
+    for name, before, frozen, vllm in runs:
+        rows.append(row := one_iteration(args, name, before, frozen, vllm))
         phases = " ".join(f"{row.get(f'time/{p}_s', 0.0):9.1f}" for p in PHASES)
         tokens = row["rollout/response_length"] * row["rollout/turns"] * args.groups * args.group_size
         print(f"{row['name']:28s} {phases} {row['total']:9.1f} {rows[0]['total'] / row['total']:9.2f}x "

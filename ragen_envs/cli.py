@@ -19,12 +19,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from ragen_envs import __version__, cli_args
-from ragen_envs.agent.backends import PolicyConfig
+from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.registry import ENVIRONMENTS, markdown_table, missing_modules
 
-# The policy fields `ragen train` takes (it trains a transformers model).
+# The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
+# out with vLLM, loading the new weights into it after each update).
 TRAIN_POLICY_FIELDS = {"model", "device"}
+ROLLOUT_POLICY_FIELDS = TRAIN_POLICY_FIELDS | {"backend"}
 
 
 def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
@@ -103,8 +105,12 @@ def cmd_train(args) -> int:
 
     config = cli_args.build(TrainerConfig, args)
     mix = parse_env_flags(args.env, config.rollout.n_groups)
-    policy = cli_args.build(PolicyConfig, args, include=TRAIN_POLICY_FIELDS)
-    trainer = Trainer(policy.model, mix, config, device=policy.device)
+    if args.backend == "openai":
+        raise ValueError("ragen train rolls out in process: --backend transformers (default) or vllm; an "
+                         "OpenAI server cannot load the trained weights")
+    policy = cli_args.build(PolicyConfig, args, include=ROLLOUT_POLICY_FIELDS)
+    rollout_policy = make_policy("vllm", policy.model) if policy.backend == "vllm" else None
+    trainer = Trainer(policy.model, mix, config, device=policy.device, rollout_policy=rollout_policy)
     trainer.train()
     if trainer.rank == 0 and trainer.plot_path:  # under torchrun, one process reports
         print(f"run folder: {trainer.output_dir} (metrics.jsonl, checkpoints, plot {trainer.plot_path.name}); "
@@ -204,7 +210,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                     help="named settings: ragen2-main (RAGEN's main-table run for the --env), cpu-quick (a few "
                          "minutes on a CPU); --config and flags override it")
     _add_env(tr)
-    cli_args.add_config(tr, PolicyConfig, include=TRAIN_POLICY_FIELDS)
+    cli_args.add_config(tr, PolicyConfig, include=ROLLOUT_POLICY_FIELDS)
     cli_args.add_config(tr, TrainerConfig)
     tr.set_defaults(func=cmd_train)
 

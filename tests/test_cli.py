@@ -180,6 +180,8 @@ TRAIN = ["train", "--env", "Ragen/FrozenLake-v0", "--iterations", "1", "--groups
     (TRAIN + ["--env", "Ragen/Sokoban-v0", "--env-kwargs", '{"slip": 0.1}'], "not keyed by env id"),
     (TRAIN + ["--env-kwargs", "[1]"], "env_kwargs must be a JSON object"),
     (["eval", "--env", "Ragen/Sokoban-v0", "--env-kwargs", '{"dim_room": [3, 3]}'], "too small for any box"),
+    (TRAIN + ["--backend", "openai", "--model", "m"], "cannot load the trained weights"),
+    (TRAIN + ["--freeze-layers", "-1"], "freeze_layers must be >= 0"),
 ])
 def test_every_error_is_one_line_before_any_model_loads(argv, message, tmp_path, capsys, monkeypatch):
     import transformers

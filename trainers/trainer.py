@@ -143,6 +143,7 @@ class Trainer:
         if resume is not None:
             self._load_checkpoint(resume, resume_state)
         self.plot_path: Path | None = None
+        self._bar = None  # train()'s progress bar (rank 0)
         # Only rank 0 writes metrics and checkpoints.
         self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) if self.rank == 0 else None
         if self.rank == 0:
@@ -178,6 +179,9 @@ class Trainer:
                 print(f"{self.output_dir} is at iteration {self.iteration} and num_iterations is "
                       f"{cfg.num_iterations}: nothing to train (raise --iterations to continue)", flush=True)
             return history
+        # rank 0's progress: a bar over the iterations, the current phase beside it
+        self._bar = progress.bar(cfg.num_iterations, "it", "training") if self.rank == 0 else None
+        self._phase("starting")
         while self.iteration < cfg.num_iterations:
             metrics = self.iteration_step()
             self.iteration += 1
@@ -190,7 +194,8 @@ class Trainer:
             if self.logger is not None:
                 self.logger.log(metrics)
                 if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
-                    print(self.logger.table_row(metrics), flush=True)
+                    self._bar.print(self.logger.table_row(metrics))
+                self._phase("done" if self.iteration == cfg.num_iterations else "next")
                 if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
                     self.save_checkpoint()
                 if stop:
@@ -205,11 +210,17 @@ class Trainer:
             self.plot_path = plot_run(self.output_dir)
         return history
 
+    def _phase(self, phase: str, **more) -> None:
+        if self._bar is not None:
+            self._bar(self.iteration, phase=phase, **more)
+
     def iteration_step(self) -> dict:
         cfg = self.config
         start = time.perf_counter()
         self.model.eval()
-        trajectories = self.runner.collect()
+        turns = cfg.rollout.chat.max_turns
+        trajectories = self.runner.collect(
+            progress=lambda turn, active: self._phase(f"rollout turn {turn + 1}/{turns}", episodes=active))
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items() if k != "episodes"}
         metrics["time/rollout_s"] = time.perf_counter() - start
         chance = random_success(trajectories, cfg.rollout.chat, cfg.rollout.seed + self.iteration)
@@ -218,6 +229,7 @@ class Trainer:
         self._save_rollouts(trajectories)
 
         if self.mi_due():
+            self._phase("MI scoring")
             mi_start = time.perf_counter()
             metrics.update(self.mi_diagnostics(trajectories))
             metrics["time/mi_s"] = time.perf_counter() - mi_start
@@ -269,6 +281,7 @@ class Trainer:
                 for j in sorted({i // mb for i in chosen}):
                     stats[j] = stats[j] or self._old_stats(batches[j])
                 metrics["time/stats_s"] += time.perf_counter() - stats_start
+            self._phase("update")
             update_start = time.perf_counter()
             metrics.update(self._update(samples, batches, stats, chosen))
             if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):

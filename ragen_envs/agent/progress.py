@@ -44,13 +44,15 @@ def _library_bars():
 
 def bar(total: int, unit: str, desc: str | None = None):
     """A progress bar (tqdm when installed, else a line per update) as ``update(done, **postfix)``;
-    it closes when ``done`` reaches ``total``."""
+    it closes when ``done`` reaches ``total``. ``update.print(line)`` prints a line to stdout without
+    breaking the bar (it is cleared, then drawn again below the line)."""
     try:
         from tqdm import tqdm
     except ImportError:
         def fallback(done: int, **postfix) -> None:
             extra = "".join(f", {k} {v}" for k, v in postfix.items())
             print(f"{desc or unit} {done}/{total}{extra}", file=sys.stderr, flush=True)
+        fallback.print = lambda line: print(line, flush=True)
         return fallback
     shown = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr)
 
@@ -60,4 +62,9 @@ def bar(total: int, unit: str, desc: str | None = None):
         shown.refresh()
         if done >= total:
             shown.close()
+
+    def write(line: str) -> None:
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
+    update.print = write
     return update

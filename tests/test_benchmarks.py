@@ -1,0 +1,76 @@
+"""The findings scripts' shared pieces: resumable cells, run summaries, rank correlation."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import collapse_diagnostics  # noqa: E402
+import findings  # noqa: E402
+
+
+def test_spearman_is_a_rank_correlation_with_ties():
+    assert collapse_diagnostics.spearman([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)
+    assert collapse_diagnostics.spearman([1, 2, 3, 4], [9, 4, 1, 0]) == pytest.approx(-1.0)
+    assert collapse_diagnostics.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486833, abs=1e-6)
+    assert math.isnan(collapse_diagnostics.spearman([1, 1, 1], [1, 2, 3]))  # a constant has no order
+    assert math.isnan(collapse_diagnostics.spearman([1, 2], [1, 2]))  # too few runs
+    assert collapse_diagnostics.spearman([1, 2, float("nan"), 3], [1, 2, 5, 3]) == pytest.approx(1.0)
+
+
+def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
+    import trainers
+
+    (tmp_path / "cell").mkdir()
+    (tmp_path / "cell" / "result.json").write_text(json.dumps({"cell": "cell", "val_success": 0.25}))
+    monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("a finished cell was trained again"))
+    result = findings.run_cell(tmp_path, "cell", "Ragen/FrozenLake-v0", "m", None, findings.QUICK, None, 0)
+    assert result["val_success"] == 0.25
+
+
+def test_a_run_summary_averages_the_later_iterations():
+    history = [{"mi/retrieval_acc": 0.2, "filter/kept_ratio": 1.0, "time/update_s": 2.0},
+               {"mi/retrieval_acc": 0.6, "filter/kept_ratio": 0.5, "time/update_s": 4.0},
+               {"mi/retrieval_acc": 0.8, "filter/kept_ratio": 0.0}]
+    summary = findings.summarize(history)
+    assert summary["retrieval_acc"] == pytest.approx(0.7)  # the last half: iterations 2 and 3
+    assert summary["kept_ratio"] == pytest.approx(0.5)  # all iterations
+    assert summary["update_s"] == pytest.approx(3.0)
+    assert math.isnan(summary["mi_est"])  # never logged
+
+
+@pytest.mark.parametrize("script", ["frozenlake_slip_sweep", "filtering_cost", "collapse_diagnostics"])
+def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(script, tmp_path, monkeypatch):
+    """Every cell already finished: the script reads them back (nothing trains) and writes its outputs."""
+    import importlib
+
+    import trainers
+
+    module = importlib.import_module(script)
+    monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("a finished cell was trained again"))
+    names = []
+    monkeypatch.setattr(findings, "trainer_config", lambda *a, **k: None)
+    original = findings.run_cell
+
+    def finished(out, name, *args):
+        names.append(name)
+        (out / name).mkdir(parents=True, exist_ok=True)
+        k = len(names)  # distinct, ordered figures per cell
+        keys = ("val_success", "val_random_success", "retrieval_acc", "retrieval_chance", "mi_est", "mi_est_code",
+                "mi_zscore_ema", "conditional_entropy", "token_entropy", "reply_length", "kept_ratio", "wall_s")
+        result = {key: 0.1 * k for key in keys}
+        result.update({f"{phase}_s": 1.0 + k for phase in ("iteration", "rollout", "mi", "stats", "filter", "update")})
+        (out / name / "result.json").write_text(json.dumps({"cell": name, "seed": 0, **result}))
+        return original(out, name, *args)
+
+    monkeypatch.setattr(findings, "run_cell", finished)
+    monkeypatch.setattr(sys, "argv", [script, "--quick", "--model", "m", "--out", str(tmp_path)])
+    module.main()
+    assert names and len(names) == len(set(names))
+    assert (tmp_path / "results.csv").read_text().count("\n") == len(names) + 1
+    assert len(json.loads((tmp_path / "results.json").read_text())) == len(names)
+    assert list(tmp_path.glob("*.png")) and json.loads((tmp_path / "config.json").read_text())["quick"]
