@@ -31,7 +31,7 @@ def test_an_oracle_agent_succeeds_through_chatenv(env_id):
     assert all(r == pytest.approx(1.0) for _, r in results)
 
 
-@pytest.mark.parametrize("env_id", env_params([e for e in TEXT_IDS if e != "Ragen/DeepCoder-v0"]))
+@pytest.mark.parametrize("env_id", env_params(TEXT_IDS))
 def test_the_oracles_reasoning_follows_the_state(env_id):
     import gymnasium as gym
 

@@ -28,7 +28,8 @@ Arguments:
 - ``max_attempts=1``, ``sandbox="bubblewrap"``, ``limits`` (a ``sandbox.Limits``), ``render_mode``.
 
 ``reset(seed=s)`` picks the problem from ``s``; ``reset(options={"problem": Problem(...)})`` poses a given
-one. ``oracle_action()`` returns the reference solution in a ```python block.
+one. ``oracle_action()`` returns the reference solution in a ```python block; ``oracle_reasoning()`` what
+the problem asks and the shape of that solution.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ from ragen_envs.deepcoder.sandbox import Limits, Run, make_sandbox
 HUB_NAME = "agentica-org/DeepCoder-Preview-Dataset:lcbv5"
 FIELDS = ("problem", "tests")
 MAX_PROGRAM_CHARS = 100_000
+# statement lines that are code or the fixed instructions, not the task (for oracle_reasoning)
+NOT_THE_TASK = ("def ", "from ", "import ", ">>>", "class ", "```", '"""', "Read from standard input",
+                "Answer with", "Complete the Python function")
 
 INSTRUCTIONS = (
     "Solve the programming problem in Python 3 (standard library only). Answer with the complete program "
@@ -141,3 +145,24 @@ class DeepCoderEnv(TextEnv):
         if self.problem is None or self.problem.solution is None or self._terminated:
             return None
         return f"```python\n{self.problem.solution}\n```"
+
+    def oracle_reasoning(self) -> str | None:
+        """What the problem asks (its first sentence), how the program is called, how many tests it
+        faces, what failed last time, and the shape of the reference program."""
+        if self.oracle_action() is None:
+            return None
+        problem = self.problem
+        # the task in words: the statement without its code lines, up to two sentences
+        words = " ".join(line.strip().strip('"') for line in problem.statement.splitlines()
+                         if line.strip().strip('"') and not line.lstrip().startswith(NOT_THE_TASK))
+        first = ". ".join(words.split(". ")[:2])[:240].rstrip(".") + "."
+        kinds = {t["kind"] for t in problem.tests}
+        called = (f"I must define {problem.entry_point}()" if problem.entry_point
+                  else "my program reads standard input and prints the answer" if "stdio" in kinds
+                  else "my program defines the function the tests call")
+        defs = [line.split("(")[0].split()[-1] for line in problem.solution.splitlines()
+                if line.lstrip().startswith(("def ", "class "))]
+        shape = f"defining {', '.join(dict.fromkeys(defs))}" if defs else "as a short script"
+        last = f" Last time: {self.feedback.splitlines()[0]}" if self.feedback else ""
+        return (f"The task: {first} {called[0].upper()}{called[1:]}; {len(problem.tests)} tests check it.{last} "
+                f"I write it in {len(problem.solution.splitlines())} lines, {shape}.")
