@@ -65,7 +65,7 @@ def main() -> None:
     model = findings.warm_model(args)
     cells = [(f"{groups}x{size}-{name}-seed{seed}", {"split": f"{groups}x{size}", "filter": name},
               replace(s, groups=groups, group_size=size), seed,
-              {"filter": name, "filter_value": 0.9, "mini_batch_size": max(1, batch // 4)})
+              {"filter": name, "filter_value": 0.9})
              for groups, size in splits for name in FILTERS for seed in range(s.seeds)]
     rows = findings.run_cells(args, out, model, cells)
     for row in rows:

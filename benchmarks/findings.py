@@ -85,14 +85,17 @@ def warm_model(args) -> str:
 
 
 def trainer_config(s: Scale, seed: int, freeze_layers: int, **fields):
-    """A TrainerConfig at scale ``s``: metrics only (no checkpoints), MI proxies every iteration."""
+    """A TrainerConfig at scale ``s``: metrics only (no checkpoints), MI proxies every iteration, RAGEN's
+    minibatch rule (the kept sequences padded with copies to a multiple of a quarter of the batch)."""
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
     from trainers import TrainerConfig
 
     rollout = RolloutConfig(n_groups=s.groups, group_size=s.group_size, seed=seed,
                             env_kwargs=fields.pop("env_kwargs", {}), chat=ChatEnvConfig(max_turns=s.max_turns),
                             sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=1.0))
-    base = dict(algorithm="grpo", num_iterations=s.iterations, learning_rate=1e-5, mini_batch_size=32,
+    # RAGEN's ratio of batch to minibatch (128 sequences, minibatches of 32): four optimizer steps an iteration
+    base = dict(algorithm="grpo", num_iterations=s.iterations, learning_rate=1e-5,
+                mini_batch_size=max(1, s.groups * s.group_size // 4),
                 mi_every=1, save_strategy="no", save_rollouts_steps=0, logging_steps=0,
                 freeze_layers=freeze_layers, overwrite_output_dir=True, rollout=rollout)
     return TrainerConfig(**{**base, **fields})

@@ -306,3 +306,17 @@ def test_score_reuses_the_prefix_shared_with_the_previous_prompt(tiny_policy):
     for a, b in zip(shared, alone):
         for x, y in zip(a, b):
             np.testing.assert_allclose(x, y, atol=1e-4)
+
+
+def test_kept_caches_are_dropped_when_the_weights_change(tiny_policy):
+    config = SamplingConfig(temperature=0, max_new_tokens=4, stop=[])
+    tiny_policy.reuse_cache = True
+    first = tiny_policy.generate([CHAT], config)[0]
+    assert tiny_policy._kept
+    with torch.no_grad():
+        weight = tiny_policy.model.lm_head.weight
+        weight.mul_(1.0)  # an in-place write, as an optimizer step does
+    follow = first.prompt_ids + first.token_ids + tiny_policy.encode_chat(CHAT)[1:]
+    tiny_policy.prefilled_tokens = 0
+    tiny_policy.generate([follow], config)
+    assert tiny_policy.prefilled_tokens == len(follow)  # recomputed in full, not from the stale cache

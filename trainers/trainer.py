@@ -218,9 +218,9 @@ class Trainer:
         cfg = self.config
         start = time.perf_counter()
         self.model.eval()
-        turns = cfg.rollout.chat.max_turns
+        max_turns = cfg.rollout.chat.max_turns
         trajectories = self.runner.collect(
-            progress=lambda turn, active: self._phase(f"rollout turn {turn + 1}/{turns}", episodes=active))
+            progress=lambda turn, active: self._phase(f"rollout turn {turn + 1}/{max_turns}", episodes=active))
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items() if k != "episodes"}
         metrics["time/rollout_s"] = time.perf_counter() - start
         chance = random_success(trajectories, cfg.rollout.chat, cfg.rollout.seed + self.iteration)

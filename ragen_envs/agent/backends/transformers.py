@@ -8,8 +8,9 @@ rows from the batch so long replies don't keep short ones computing.
 Multi-turn episodes reuse their KV cache: a turn's prompt is the previous turn's prompt, the reply
 and the new environment message (``chat_encoding.extend``), so the keys and values computed for the
 previous turn are kept (``reuse_cache``) and only the new tokens are prefilled. Kept caches live from
-one ``generate`` call to the next; ``reset_cache()`` drops them (the rollout runner calls it at the
-start and end of every batch, so a weight update never meets a stale cache).
+one ``generate`` call to the next and are dropped when a weight changes (an optimizer step bumps the
+parameters' version counters) and by ``reset_cache()`` (the rollout runner calls it at the start and
+end of every batch).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class TransformersPolicy(Policy):
         # token ids (prompt + reply but its last token) -> per layer (keys, values), each (heads, length, dim)
         self._kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._scored: tuple[list[int], list] | None = None  # score's last prompt and its (keys, values)
+        self._kept_version = self._weights_version()
         self.prefilled_tokens = 0  # prompt tokens run through the model by generate (for benchmarks)
         self.prompt_tokens_scored = 0  # prompt tokens run through the model by score
 
@@ -110,8 +112,20 @@ class TransformersPolicy(Policy):
     def reset_cache(self) -> None:
         self._kept, self._scored = {}, None
 
+    def _weights_version(self) -> int:
+        """Changes whenever a weight is written in place (an optimizer step, ``load_state_dict``)."""
+        return sum(p._version for p in self.model.parameters())
+
+    def _check_weights(self) -> None:
+        """Kept keys and values are only valid for the weights that computed them."""
+        version = self._weights_version()
+        if version != self._kept_version:
+            self.reset_cache()
+            self._kept_version = version
+
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
         ids = [self.prompt_ids(p) for p in prompts]
+        self._check_weights()
         previous, self._kept = self._kept, {}
         out: list[Generation] = []
         for start in range(0, len(ids), self.batch_size):
@@ -171,6 +185,7 @@ class TransformersPolicy(Policy):
         """(logits, cache) of a prompt, reusing the previous ``score`` prompt's keys and values up to the
         prefix both share (at least the last token is always run: its logits predict the continuation)."""
         shared, past = 0, None
+        self._check_weights()
         if self.reuse_cache and self._scored is not None:
             previous, layers = self._scored
             limit = min(len(previous), len(prompt_ids) - 1)
