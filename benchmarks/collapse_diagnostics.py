@@ -9,7 +9,7 @@ the Spearman rank correlation of each proxy with the final success.
 The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0.14. With a handful of
 runs (``--quick``: 4) a rank correlation is noise; the full default's 18 runs are few as well.
 
-    python benchmarks/collapse_diagnostics.py --quick     # about 15 minutes on 2 CPU cores
+    python benchmarks/collapse_diagnostics.py --quick     # 10-27 minutes on 2 CPU cores
 Outputs go to benchmarks/results/collapse_diagnostics[-quick]/.
 """
 

@@ -6,8 +6,8 @@ so a script that is stopped and started again skips the finished cells and rerun
 Every result records the cell's seed and full config; ``config.json`` in the results folder records the
 script's arguments.
 
-``--quick`` is the scale that finishes in about 15 minutes on 2 CPU cores: a handful of iterations
-of a few groups, too little to train much, enough to see the machinery and the proxies move. The full
+``--quick`` is the scale that finishes in 10-27 minutes on 2 CPU cores (per script): two iterations
+of two groups, too little to train much, enough to see the machinery and the proxies move. The full
 default runs for a few hours there; on a GPU, raise ``--iterations``, ``--groups``, ``--group-size``,
 pass ``--backend vllm`` for the rollouts and ``--model`` for a larger model.
 """
@@ -45,7 +45,7 @@ FULL = Scale(iterations=40, groups=4, group_size=8, max_turns=3, max_new_tokens=
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="about 15 minutes on 2 CPU cores")
+    p.add_argument("--quick", action="store_true", help="10-27 minutes on 2 CPU cores")
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<script>[-quick])")
     p.add_argument("--model", default=None,
                    help="model to train (default: the embedded model warm-started on FrozenLakeCoord oracles)")

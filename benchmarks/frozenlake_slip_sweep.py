@@ -8,7 +8,7 @@ level, the MI z-score EMA, the conditional entropy and the mean kept ratio.
 The paper's prediction: return and MI fall as slip rises, and the filter's benefit fades at 80-100 %
 slip (reward variance then comes from the dice, not from the prompt).
 
-    python benchmarks/frozenlake_slip_sweep.py --quick     # about 15 minutes on 2 CPU cores
+    python benchmarks/frozenlake_slip_sweep.py --quick     # 10-27 minutes on 2 CPU cores
     python benchmarks/frozenlake_slip_sweep.py             # the full default: a few hours
 Outputs (CSV, JSON, PNG, per-cell results) go to benchmarks/results/frozenlake_slip_sweep[-quick]/.
 """

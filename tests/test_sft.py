@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, parse_response
+from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, parse_response
 from trainers.config import SFTConfig
 from trainers.sft import demonstrations, warm_start
 
@@ -27,7 +27,8 @@ def test_a_demonstration_prompt_is_the_rl_prompt(tokenizer, scripted):
     sft = SFTConfig(episodes=1, imperfect=0.0, chat=ChatEnvConfig(max_turns=1))
     demo = demonstrations(["Ragen/FrozenLake-v0"], tokenizer, sft)[0]
     runner = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]),
-                           RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1)))
+                           RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1),
+                                         sampling=SamplingConfig(max_new_tokens=sft.max_new_tokens)))
     assert runner.collect()[0].turns[0].prompt_ids == demo.prompt_ids  # same template, prefill included
 
 
