@@ -118,7 +118,8 @@ def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
 
 
 def summarize(history: list[dict]) -> dict:
-    """A run's proxies: the mean over its iterations (the last half for MI, once it has settled a little)."""
+    """A run's figures: proxies averaged over the later half of its iterations, once they have settled a
+    little; the kept ratio and the phase timings over all of them."""
     def mean(key, records):
         values = [r[key] for r in records if key in r and r[key] == r[key]]
         return float(np.mean(values)) if values else float("nan")

@@ -50,8 +50,8 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool 
             trainer._needs_old_pass = lambda kept: True
             collect = trainer.runner.collect
 
-            def collect_without_entropies():
-                trajectories = collect()
+            def collect_without_entropies(**kwargs):
+                trajectories = collect(**kwargs)
                 for t in trajectories:
                     for turn in t.turns:
                         turn.entropies = None  # as before: entropies come from the no-grad pass
