@@ -148,7 +148,7 @@ class RolloutRunner:
                                            transition_seed=transitions,
                                            env_kwargs=self.env_kwargs.get(env.env_id, {})))
         prompts: list[list[int] | None] = [None] * len(envs)
-        policy.reset_cache()  # the weights may have changed since the last batch
+        policy.reset_cache()  # nothing kept by earlier calls is reused (or held in memory) by this batch
         dropped = [0] * len(envs)
         active = list(range(len(envs)))
         pool = ThreadPoolExecutor(c.env_workers) if c.env_workers > 1 else None
