@@ -109,7 +109,8 @@ def cmd_train(args) -> int:
         raise ValueError("ragen train rolls out in process: --backend transformers (default) or vllm; an "
                          "OpenAI server cannot load the trained weights")
     policy = cli_args.build(PolicyConfig, args, include=ROLLOUT_POLICY_FIELDS)
-    rollout_policy = make_policy("vllm", policy.model) if policy.backend == "vllm" else None
+    # A factory: the Trainer builds the vLLM engine only after its own checks have passed.
+    rollout_policy = (lambda: make_policy("vllm", policy.model)) if policy.backend == "vllm" else None
     trainer = Trainer(policy.model, mix, config, device=policy.device, rollout_policy=rollout_policy)
     trainer.train()
     if trainer.rank == 0 and trainer.plot_path:  # under torchrun, one process reports

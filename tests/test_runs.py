@@ -39,6 +39,24 @@ def test_a_second_run_never_touches_the_first(tokenizer, tmp_path):
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2"]  # the old run's is gone
 
 
+def test_a_rollout_backend_factory_is_built_only_after_the_run_folder_is_checked(tokenizer, tmp_path):
+    # A slow engine (vLLM) must not load just to be told the run folder is taken.
+    cfg = config(tmp_path, save_steps=1)
+    trainer(tokenizer, cfg).train()
+    built = []
+
+    def factory():
+        built.append(1)
+        return SeededReplies(tokenizer)
+
+    with pytest.raises(ValueError, match="already holds a run"):
+        Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer, rollout_policy=factory)
+    assert built == []
+    fresh = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", replace(cfg, overwrite_output_dir=True),
+                    tokenizer=tokenizer, rollout_policy=factory)
+    assert built == [1] and isinstance(fresh.rollout_policy, SeededReplies)
+
+
 def test_without_an_output_dir_each_run_gets_its_own_folder(tokenizer, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = config(tmp_path, output_dir=None, save_rollouts_steps=0)

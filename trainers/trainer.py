@@ -69,8 +69,10 @@ class Trainer:
         callbacks: objects with ``on_iteration_end(trainer, iteration, metrics)``.
         Resuming (``config.resume_from_checkpoint``) takes the same initial ``model``: it is the KL
         reference, and the checkpoint's weights are loaded over it.
-        rollout_policy: another backend to generate rollouts (e.g. ``VLLMPolicy``); it gets the new
-            weights after each update through its ``load_weights``. Default: the trained model itself.
+        rollout_policy: another backend to generate rollouts (e.g. ``VLLMPolicy``), or a function with
+            no arguments that builds it (called after the env, run folder and config are checked, so a
+            bad argument is reported before a slow engine loads); it gets the new weights after each
+            update through its ``load_weights``. Default: the trained model itself.
     """
 
     def __init__(self, model=None, env: str | dict[str, int] = "Ragen/Sokoban-v0",
@@ -104,6 +106,8 @@ class Trainer:
         self.tokenizer = tokenizer
         self.policy = TransformersPolicy(self.model, tokenizer, device=str(self.device))
         self.callbacks = list(callbacks)
+        if callable(rollout_policy) and not hasattr(rollout_policy, "generate"):
+            rollout_policy = rollout_policy()
         self.rollout_policy = rollout_policy or self.policy
         # Each rank rolls out its own groups.
         self.runner = RolloutRunner(mix, self.rollout_policy,
