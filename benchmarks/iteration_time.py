@@ -9,9 +9,9 @@ the warm-started model (``make demo``'s, built on first use) on the same episode
   option for CPU runs; it changes what is trained, not how the rest is computed);
 - now, vLLM rollouts (where vLLM is installed): rollouts on vLLM, the update with transformers, the new
   weights loaded into vLLM after it.
-Each row prints seconds per phase and the iteration time against "before". What each iteration
-computes is the same in the first two rows (``tests/test_backends.py`` and ``tests/test_trainer.py``
-check that kept caches and skipped passes give the same tokens, log-probs and weights).
+Each row prints seconds per phase and the iteration time against the first row run ("before" by
+default). What each iteration computes is the same in the first two rows (``tests/test_backends.py``
+and ``tests/test_trainer.py`` check that kept caches and skipped passes give the same tokens, log-probs and weights).
 
     python benchmarks/iteration_time.py [--groups 4 --group-size 4 --max-turns 5 --max-new-tokens 128]
 """
@@ -28,6 +28,7 @@ from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.registry import ENVIRONMENTS
 
 PHASES = ("rollout", "mi", "stats", "filter", "update")
+ROWS = ("before", "now", "frozen", "vllm")
 
 
 def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool = False) -> dict:
@@ -43,7 +44,7 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool 
         if vllm:  # rollouts on vLLM, training with transformers, weights loaded into vLLM after the update
             from ragen_envs.agent.backends.vllm import VLLMPolicy
 
-            rollout_policy = VLLMPolicy(args.model)
+            rollout_policy = lambda: VLLMPolicy(args.model)  # noqa: E731 (built after the trainer's checks)
         trainer = Trainer(args.model, args.env, config, rollout_policy=rollout_policy)
         if before:  # no kept caches; the no-grad pass over every sequence, before filtering
             trainer.policy.reuse_cache = False
@@ -74,21 +75,24 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--freeze-layers", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS),
+                        help="which rows to run; the ratio column is against the first one run")
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct warm-started "
                         "on FrozenLakeCoord (as `make demo`), so it writes reasoning (MI) and rewards vary")
     args = parser.parse_args()
     args.model = findings.warm_model(args)
     print(f"{args.env}: one GRPO iteration, {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
           f"{args.max_new_tokens} new tokens per turn, MI proxies on")
-    print(f"{'run':28s} " + " ".join(f"{p + ' s':>9s}" for p in PHASES) + f" {'total s':>9s} {'vs before':>10s}"
+    print(f"{'run':28s} " + " ".join(f"{p + ' s':>9s}" for p in PHASES) + f" {'total s':>9s} {'vs first':>10s}"
           f" {'tokens':>7s}")
     rows = []
-    runs = [("before", True, 0, False), ("now", False, 0, False),
-            (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers, False)]
-    if importlib.util.find_spec("vllm") is not None:
-        runs.append(("now, vLLM rollouts", False, 0, True))
-    else:
-        print("(vLLM not installed: no vLLM-rollout row; see rollout_throughput.py for running it)")
+    runs = {"before": ("before", True, 0, False), "now": ("now", False, 0, False),
+            "frozen": (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers, False),
+            "vllm": ("now, vLLM rollouts", False, 0, True)}
+    if "vllm" in args.rows and importlib.util.find_spec("vllm") is None:
+        args.rows.remove("vllm")
+        print("(vLLM not installed: no vLLM-rollout row; `make .venv-vllm/.vllm-installed` builds a venv with it)")
+    runs = [runs[name] for name in args.rows]
     for name, before, frozen, vllm in runs:
         rows.append(row := one_iteration(args, name, before, frozen, vllm))
         phases = " ".join(f"{row.get(f'time/{p}_s', 0.0):9.1f}" for p in PHASES)
