@@ -8,11 +8,13 @@ flag has the dataclass's default and the comment beside the field as help.
     ragen train --config runs/fl/config.json --output-dir runs/fl-again           # repeat it elsewhere
     ragen plot runs/fl
     ragen view runs/fl                                                            # episodes as HTML
+    ragen serve --env Ragen/Sokoban-v0 --port 8000                   # envs over HTTP (RemoteEnv, OpenEnv)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections import defaultdict
@@ -21,7 +23,7 @@ from pathlib import Path
 from ragen_envs import __version__, cli_args
 from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
-from ragen_envs.registry import ENVIRONMENTS, markdown_table, missing_modules
+from ragen_envs.registry import ENVIRONMENTS, REMOTE_ID, markdown_table, missing_modules
 
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
 # out with vLLM, loading the new weights into it after each update).
@@ -30,11 +32,12 @@ ROLLOUT_POLICY_FIELDS = TRAIN_POLICY_FIELDS | {"backend"}
 
 
 def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
-    """``--env ID`` or ``--env ID:GROUPS`` (repeatable) -> {id: groups}; ``groups`` where no count is given."""
+    """``--env ID`` or ``--env ID:GROUPS`` (repeatable) -> {id: groups}; ``groups`` where no count is given.
+    ``Ragen/Remote-v0`` (an env server's env, with ``--env-kwargs '{"url": ..., "env_id": ...}'``) too."""
     mix = {}
     for value in values:
         env_id, _, count = value.partition(":")
-        if env_id not in ENVIRONMENTS:
+        if env_id not in ENVIRONMENTS and env_id != REMOTE_ID:
             raise ValueError(f"unknown env {env_id!r}; `ragen list` shows the catalogue")
         if count and not (count.isdigit() and int(count) >= 1):
             raise ValueError(f"--env {value!r}: the group count after ':' must be a positive integer")
@@ -136,6 +139,17 @@ def cmd_sft(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from ragen_envs.server import ServerConfig
+
+    args.envs = list(args.env)  # --env, repeated: the config's envs
+    config = cli_args.build(ServerConfig, args)
+    from ragen_envs.server.app import serve  # the 'server' extra, after the flags are checked
+
+    serve(config)
+    return 0
+
+
 def cmd_plot(args) -> int:
     from trainers.metrics import plot_run
 
@@ -186,7 +200,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                                      parents=[common])
     parser.add_argument("--version", action="version", version=f"ragen-envs {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                       help="list, eval, train, sft, plot or view; COMMAND --help for its options")
+                                       help="list, eval, train, sft, serve, plot or view; COMMAND --help for more")
     commands = {}
 
     def sub(name, **kwargs):
@@ -221,6 +235,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     cli_args.add_config(sf, SFTConfig)
     sf.set_defaults(func=cmd_sft)
 
+    sv = commands["serve"] = sub("serve", help="serve envs over HTTP to many clients (RemoteEnv, OpenEnv)")
+    sv.add_argument("--env", action="append", default=None, help="an env id to serve; repeat for several")
+    from ragen_envs.server import ServerConfig
+
+    cli_args.add_config(sv, ServerConfig, include={f.name for f in dataclasses.fields(ServerConfig)} - {"envs"})
+    sv.set_defaults(func=cmd_serve)
+
     pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")
     pl.add_argument("run_dir", help="a run folder (its metrics.jsonl)")
     pl.add_argument("--out", default=None, help="default: RUN_DIR/metrics.png")
@@ -252,7 +273,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args = parser.parse_args(argv)
         if args.env is None and envs:
             args.env = [f"{env_id}:{groups}" for env_id, groups in envs.items()]
-    if args.command in ("eval", "train", "sft") and not args.env:
+    if args.command in ("eval", "train", "sft", "serve") and not args.env:
         parser.error(f"{args.command}: give at least one --env (`ragen list` shows the catalogue)")
     return args
 

@@ -97,6 +97,16 @@ def register(entry: EnvEntry) -> None:
         gymnasium.register(id=entry.id, entry_point=partial(_create, entry.id), kwargs=dict(entry.kwargs))
 
 
+#: The client of an env server (``ragen serve``; ``ragen_envs.remote``): registered with Gymnasium so
+#: that runs take it by id, but not in the catalogue, as it is no env of its own.
+REMOTE_ID = "Ragen/Remote-v0"
+
+
+def register_remote() -> None:
+    if REMOTE_ID not in gymnasium.registry:
+        gymnasium.register(id=REMOTE_ID, entry_point="ragen_envs.remote:RemoteEnv")
+
+
 def markdown_table() -> str:
     """The README's environment table."""
     rows = ["| id | what | extra | offline data |", "|---|---|---|---|"]

@@ -1,0 +1,423 @@
+"""``ragen serve``: environments over HTTP, many sessions at once, also in OpenEnv's protocol.
+
+Each session is its own env instance (``gymnasium.make``). The session API, which ``RemoteEnv``
+speaks (JSON bodies, values in ``ragen_envs.wire``'s form)::
+
+    POST   /v1/sessions                      {"env_id": ID?, "render_mode": MODE?} -> the env's surface
+    POST   /v1/sessions/{sid}/reset          {"seed": S?, "options": {...}?}       -> observation, info
+    POST   /v1/sessions/{sid}/step           {"action": "..."}  -> observation, reward, terminated, ...
+    POST   /v1/sessions/{sid}/call/{method}  {"args": [...]}    -> {"result": ...}  (parse_action,
+                                             oracle_action, oracle_reasoning, render)
+    DELETE /v1/sessions/{sid}
+    GET    /health                           (no token needed)
+
+OpenEnv's WebSocket protocol (``openenv-core``'s ``EnvClient``) is served at ``/ws`` for the first
+env and at ``/envs/{env_id}/ws`` for each env, one session per connection: messages
+``{"type": "reset" | "step" | "state" | "close", "data": {...}}``, a step's data ``{"action": "..."}``,
+and replies ``{"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}``.
+
+Limits, so that no request can take the server down: at most ``max_sessions`` sessions (one more is
+refused with 503 and code ``capacity``), sessions idle for ``idle_timeout_s`` are closed, request
+bodies and WebSocket messages over ``max_request_bytes`` get 413, env calls run on a bounded thread
+pool and calls on one session run one at a time. Errors are JSON ``{"error": {"code", "message"}}``
+with a 4xx status for the client's mistakes (401 token, 404 unknown session/env/method, 409 step
+before reset, 400 malformed JSON or a value the env refuses, 422 a wrong field). With ``token`` set,
+every request but ``/health`` needs ``Authorization: Bearer TOKEN``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+import gymnasium as gym
+
+from ragen_envs import wire
+from ragen_envs.server.config import ServerConfig
+
+try:
+    import anyio
+    import uvicorn
+    from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
+    from pydantic import BaseModel, ConfigDict, Field, StrictStr
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(f"the env server needs the 'server' extra: pip install 'ragen-envs[server]' ({error})") from None
+
+CALLS = ("parse_action", "oracle_action", "oracle_reasoning", "render")  # env methods a client may call
+
+
+class ServeError(Exception):
+    """An error with its HTTP status and a short machine-readable code."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class Session:
+    def __init__(self, env_id: str, env: gym.Env):
+        self.env_id, self.env = env_id, env
+        self.lock = asyncio.Lock()  # one call at a time on this env
+        self.last_used = time.monotonic()
+        self.steps = 0
+        self.episode_id: str | None = None
+
+
+class Sessions:
+    """The open sessions, their limits, and the thread pool their env calls run on."""
+
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.open: dict[str, Session] = {}
+        self.reserved = 0  # sessions being created (their env is being built)
+        self.limiter = anyio.CapacityLimiter(config.workers)
+        self.created = self.closed_idle = 0
+
+    async def run(self, fn, *args, **kwargs):
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+
+    async def create(self, env_id: str | None, render_mode: str | None = None) -> tuple[str, Session]:
+        env_id = env_id or self.config.envs[0]
+        if env_id not in self.config.envs:
+            raise ServeError(404, "unknown_env", f"this server serves {', '.join(self.config.envs)}, not {env_id!r}")
+        if len(self.open) + self.reserved >= self.config.max_sessions:
+            await self.close_idle()
+        if len(self.open) + self.reserved >= self.config.max_sessions:
+            raise ServeError(503, "capacity", f"the server holds its maximum of {self.config.max_sessions} "
+                                              f"sessions; close one (DELETE /v1/sessions/ID) or retry later")
+        self.reserved += 1
+        try:
+            # Without Gymnasium's passive checker: a first reset that raises (a bad option) leaves the
+            # checker broken for the session's later steps. The contract tests run it on every env.
+            kwargs = {"disable_env_checker": True, **self.config.env_kwargs.get(env_id, {})}
+            if render_mode is not None:
+                kwargs["render_mode"] = render_mode
+            try:
+                env = await self.run(gym.make, env_id, **kwargs)
+            except (TypeError, ValueError, gym.error.Error) as error:
+                raise ServeError(400, "bad_env_arguments", f"{env_id}: {error}") from None
+        finally:
+            self.reserved -= 1
+        sid = secrets.token_urlsafe(16)
+        self.open[sid] = session = Session(env_id, env)
+        self.created += 1
+        return sid, session
+
+    def get(self, sid: str) -> Session:
+        session = self.open.get(sid)
+        if session is None:
+            raise ServeError(404, "unknown_session", f"no session {sid!r} (closed, timed out after "
+                                                     f"{self.config.idle_timeout_s:g} s idle, or never opened)")
+        return session
+
+    async def call(self, session: Session, fn, *args, **kwargs):
+        """Run an env call on the pool, one at a time per session; env errors become 4xx."""
+        async with session.lock:
+            session.last_used = time.monotonic()
+            try:
+                return await self.run(fn, *args, **kwargs)
+            except (RuntimeError, gym.error.ResetNeeded) as error:  # step() before reset()
+                raise ServeError(409, "bad_state", str(error)) from None
+            except (ValueError, TypeError) as error:  # e.g. a bad reset option
+                raise ServeError(400, "bad_value", str(error)) from None
+            except Exception as error:  # the env's own bug: reported, and the server goes on
+                raise ServeError(500, "env_error", f"{type(error).__name__}: {error}") from None
+            finally:
+                session.last_used = time.monotonic()
+
+    async def close(self, sid: str) -> None:
+        session = self.open.pop(sid, None)
+        if session is not None:
+            async with session.lock:  # a call in flight finishes first
+                await self.run(session.env.close)
+
+    async def close_idle(self) -> int:
+        limit = time.monotonic() - self.config.idle_timeout_s
+        idle = [sid for sid, s in self.open.items() if s.last_used < limit and not s.lock.locked()]
+        for sid in idle:
+            await self.close(sid)
+        self.closed_idle += len(idle)
+        return len(idle)
+
+
+# -- request bodies --------------------------------------------------------------------------------
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateBody(Strict):
+    env_id: StrictStr | None = None
+    render_mode: StrictStr | None = None
+
+
+class ResetBody(Strict):
+    seed: int | None = Field(default=None, ge=0, le=2**64 - 1, strict=True)
+    options: dict[str, Any] | None = None
+
+
+class StepBody(Strict):
+    action: Any  # a string; anything else is an invalid action, as for a local env
+
+
+class CallBody(Strict):
+    args: list[Any] = Field(default_factory=list)
+
+
+def surface(sid: str, session: Session) -> dict:
+    """What a client needs to stand in for the env: ids, spaces and the contract's attributes."""
+    env = session.env
+    return {"session_id": sid, "env_id": session.env_id,
+            "instructions": env.get_wrapper_attr("instructions"),
+            "valid_actions": env.get_wrapper_attr("valid_actions"),
+            "max_steps": env.get_wrapper_attr("max_steps"),
+            "observation_space": wire.space_to_json(env.observation_space),
+            "action_space": wire.space_to_json(env.action_space),
+            "metadata": wire.encode({k: v for k, v in env.metadata.items() if k in ("render_modes", "render_fps")}),
+            "render_mode": env.render_mode}
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before the app reads it all."""
+
+    class TooLarge(Exception):
+        pass
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._refuse(send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise self.TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except self.TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send):
+        body = json.dumps({"error": {"code": "too_large", "message": f"request body over {self.limit} bytes"}})
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body.encode()})
+
+
+def create_app(config: ServerConfig | None = None) -> FastAPI:
+    config = config or ServerConfig()
+    sessions = Sessions(config)
+
+    async def reaper():
+        while True:
+            await asyncio.sleep(min(config.idle_timeout_s / 2, 10.0))
+            await sessions.close_idle()
+
+    @asynccontextmanager
+    async def lifespan(app):
+        task = asyncio.create_task(reaper())
+        try:
+            yield
+        finally:
+            task.cancel()
+            for sid in list(sessions.open):
+                await sessions.close(sid)
+
+    app = FastAPI(title="ragen-envs env server", lifespan=lifespan)
+    app.state.sessions = sessions
+    app.add_middleware(BodyLimit, limit=config.max_request_bytes)
+
+    def authorized(headers) -> bool:
+        if not config.token:
+            return True
+        given = headers.get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {config.token}".encode())
+
+    @app.middleware("http")
+    async def check_token(request: Request, call_next):
+        if request.url.path != "/health" and not authorized(request.headers):
+            return error_response(401, "unauthorized", "missing or wrong token (Authorization: Bearer TOKEN)")
+        return await call_next(request)
+
+    @app.exception_handler(ServeError)
+    async def serve_error(request, error: ServeError):
+        return error_response(error.status, error.code, error.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request, error: RequestValidationError):
+        problems = error.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return error_response(400, "malformed_json", "the request body is not valid JSON")
+        where = "; ".join(f"{'.'.join(map(str, p.get('loc', ())[1:])) or 'body'}: {p.get('msg')}" for p in problems)
+        return error_response(422, "invalid_request", where)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "healthy", "sessions": len(sessions.open), "max_sessions": config.max_sessions,
+                "envs": config.envs}
+
+    @app.post("/v1/sessions", status_code=201)
+    async def create(body: CreateBody | None = None):
+        body = body or CreateBody()
+        sid, session = await sessions.create(body.env_id, body.render_mode)
+        return surface(sid, session)
+
+    @app.post("/v1/sessions/{sid}/reset")
+    async def reset(sid: str, body: ResetBody | None = None):
+        body, session = body or ResetBody(), sessions.get(sid)
+        obs, info = await sessions.call(session, session.env.reset, seed=body.seed, options=body.options)
+        session.steps, session.episode_id = 0, secrets.token_hex(8)
+        return {"observation": wire.encode(obs), "info": wire.encode(info),
+                "instructions": session.env.get_wrapper_attr("instructions")}
+
+    @app.post("/v1/sessions/{sid}/step")
+    async def step(sid: str, body: StepBody):
+        session = sessions.get(sid)
+        obs, reward, terminated, truncated, info = await sessions.call(session, session.env.step, body.action)
+        session.steps += 1
+        return {"observation": wire.encode(obs), "reward": float(reward), "terminated": bool(terminated),
+                "truncated": bool(truncated), "info": wire.encode(info)}
+
+    @app.post("/v1/sessions/{sid}/call/{method}")
+    async def call(sid: str, method: str, body: CallBody | None = None):
+        session = sessions.get(sid)
+        if method not in CALLS:
+            raise ServeError(404, "unknown_method", f"callable env methods: {', '.join(CALLS)}")
+        fn = session.env.get_wrapper_attr(method)
+        return {"result": wire.encode(await sessions.call(session, fn, *(body.args if body else [])))}
+
+    @app.delete("/v1/sessions/{sid}", status_code=204)
+    async def close(sid: str):
+        sessions.get(sid)
+        await sessions.close(sid)
+        return Response(status_code=204)
+
+    @app.websocket("/ws")
+    async def openenv_default(websocket: WebSocket):
+        await openenv_session(websocket, config.envs[0])
+
+    @app.websocket("/envs/{env_id:path}/ws")
+    async def openenv_named(websocket: WebSocket, env_id: str):
+        await openenv_session(websocket, env_id)
+
+    async def openenv_session(websocket: WebSocket, env_id: str):
+        """One OpenEnv session per connection; errors are replies, the connection stays open."""
+        if not authorized(websocket.headers):
+            await websocket.close(code=1008, reason="missing or wrong token")
+            return
+        await websocket.accept()
+        sid = None
+        try:
+            try:
+                sid, session = await sessions.create(env_id)
+            except ServeError as error:
+                code = "CAPACITY_REACHED" if error.code == "capacity" else "SESSION_ERROR"
+                await websocket.send_text(ws_error(code, error.message))
+                return
+            while True:
+                raw = await websocket.receive_text()
+                if raw_type(raw) == "close":  # OpenEnv's client sends it and hangs up: no reply
+                    break
+                await websocket.send_text(await openenv_reply(sessions, sid, session, raw, config.max_request_bytes))
+        except WebSocketDisconnect:
+            pass
+        finally:
+            if sid is not None:
+                await sessions.close(sid)
+            try:
+                await websocket.close()
+            except RuntimeError:
+                pass  # already closed by the client
+
+    return app
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}})
+
+
+def ws_error(code: str, message: str) -> str:
+    return json.dumps({"type": "error", "data": {"code": code, "message": message}})
+
+
+def raw_type(raw: str) -> str | None:
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    return message.get("type") if isinstance(message, dict) else None
+
+
+def openenv_observation(obs, info, reward, terminated: bool, truncated: bool) -> dict:
+    observation = {"text": obs} if isinstance(obs, str) else dict(obs)
+    observation.update(info=info, terminated=terminated, truncated=truncated)
+    return {"observation": wire.encode(observation), "reward": reward, "done": terminated or truncated}
+
+
+async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str, limit: int) -> str:
+    """The reply to one OpenEnv message, as JSON text."""
+    if len(raw.encode()) > limit:
+        return ws_error("VALIDATION_ERROR", f"message over {limit} bytes")
+    try:
+        message = json.loads(raw)
+    except ValueError as error:
+        return ws_error("INVALID_JSON", f"Invalid JSON: {error}")
+    if not isinstance(message, dict) or not isinstance(message.get("data", {}), dict):
+        return ws_error("VALIDATION_ERROR", "a message is an object {\"type\": ..., \"data\": {...}}")
+    kind, data = message.get("type"), message.get("data", {})
+    env = session.env
+    try:
+        if kind == "reset":
+            seed = data.get("seed")
+            if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+                return ws_error("VALIDATION_ERROR", f"seed must be a non-negative integer, got {seed!r}")
+            obs, info = await sessions.call(session, env.reset, seed=seed, options=data.get("options"))
+            session.steps, session.episode_id = 0, data.get("episode_id") or secrets.token_hex(8)
+            reply = openenv_observation(obs, info, None, False, False)
+        elif kind == "step":
+            action = data.get("action")
+            if not isinstance(action, str):
+                return ws_error("VALIDATION_ERROR", f"a step's data is {{\"action\": TEXT}}, got {data!r}")
+            obs, reward, terminated, truncated, info = await sessions.call(session, env.step, action)
+            session.steps += 1
+            reply = openenv_observation(obs, info, float(reward), bool(terminated), bool(truncated))
+        elif kind == "state":
+            return json.dumps({"type": "state", "data": {"episode_id": session.episode_id,
+                                                         "step_count": session.steps, "env_id": session.env_id}})
+        else:
+            return ws_error("UNKNOWN_TYPE", f"Unknown message type: {kind}")
+    except ServeError as error:
+        return ws_error("EXECUTION_ERROR", error.message)
+    return json.dumps({"type": "observation", "data": reply})
+
+
+def serve(config: ServerConfig) -> None:
+    """Run the server until interrupted (``ragen serve``). Each env is made once first, so a bad
+    argument fails now rather than at a client's first session."""
+    for env_id in config.envs:
+        try:
+            gym.make(env_id, **config.env_kwargs.get(env_id, {})).close()
+        except (TypeError, ValueError, gym.error.Error) as error:
+            raise ValueError(f"{env_id} {config.env_kwargs.get(env_id, {})}: {error}") from None
+    print(f"serving {', '.join(config.envs)} on http://{config.host}:{config.port} (at most {config.max_sessions} "
+          f"sessions{', token required' if config.token else ''}); Ctrl-C stops")
+    if config.host not in ("127.0.0.1", "localhost", "::1") and not config.token:
+        print(f"warning: serving on {config.host} without a token: anyone who reaches it can run envs")
+    uvicorn.run(create_app(config), host=config.host, port=config.port, ws_max_size=config.max_request_bytes,
+                log_level="warning")

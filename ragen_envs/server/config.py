@@ -1,0 +1,43 @@
+"""The env server's settings (``ragen serve``'s flags); no web dependency, so the CLI parses without it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ragen_envs.registry import ENVIRONMENTS
+
+TOKEN_VARIABLE = "RAGEN_SERVE_TOKEN"
+
+
+@dataclass
+class ServerConfig:
+    envs: list[str] = field(default_factory=lambda: ["Ragen/Sokoban-v0"])  # env ids served; the first is /ws's
+    host: str = "127.0.0.1"  # bind address; "0.0.0.0" opens the server to the network
+    port: int = 8000  # 0: any free port
+    max_sessions: int = 1024  # sessions open at once; one more is refused (503, "capacity")
+    idle_timeout_s: float = 600.0  # a session unused this long is closed, its env too
+    max_request_bytes: int = 1 << 20  # larger request bodies and WebSocket messages are refused (413)
+    # shared secret: clients send "Authorization: Bearer TOKEN"; default: $RAGEN_SERVE_TOKEN, else none
+    token: str | None = None
+    env_kwargs: dict = field(default_factory=dict)  # JSON {env_id: {gym.make arguments}} fixed by the server
+    workers: int = 32  # threads running env calls (resets, steps): a slow env blocks only its own thread
+
+    def __post_init__(self):
+        if not self.envs:
+            raise ValueError("serve at least one env (--env ID)")
+        for env_id in self.envs:
+            if env_id not in ENVIRONMENTS:
+                raise ValueError(f"unknown env {env_id!r}; `ragen list` shows the catalogue")
+        for name in ("max_sessions", "max_request_bytes", "workers"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if not self.idle_timeout_s > 0:
+            raise ValueError(f"idle_timeout_s must be > 0, got {self.idle_timeout_s}")
+        unknown = set(self.env_kwargs) - set(self.envs)
+        if unknown:
+            raise ValueError(f"env_kwargs names envs that are not served: {sorted(unknown)}")
+        if self.token is None:
+            self.token = os.environ.get(TOKEN_VARIABLE) or None

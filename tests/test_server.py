@@ -1,0 +1,273 @@
+"""The env server (`ragen serve`) and its client `RemoteEnv`: the same episodes as local envs, OpenEnv's
+own client against it, and clear errors (never a crash) on bad input."""
+
+import json
+import threading
+import time
+from dataclasses import replace
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from ragen_envs.agent import ChatEnv, RolloutConfig, RolloutRunner
+from ragen_envs.registry import ENVIRONMENTS, REMOTE_ID, missing_modules
+from ragen_envs.remote import RemoteEnv, RemoteEnvError
+from ragen_envs.server import ServerConfig
+from ragen_envs.server.app import create_app
+from conftest import NO_SANDBOX, ScriptedPolicy
+
+# Every catalogue env this machine can make (DeepCoder needs its sandbox).
+SERVED = [i for i, e in ENVIRONMENTS.items() if not missing_modules(e)
+          and not (i == "Ragen/DeepCoder-v0" and NO_SANDBOX is not None)]
+
+
+class LiveServer:
+    """uvicorn on 127.0.0.1 at a free port, in a thread, for clients that open their own sockets."""
+
+    def __init__(self, config: ServerConfig):
+        self.server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=0,
+                                                    log_level="warning", ws_max_size=config.max_request_bytes))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        for _ in range(500):
+            if self.server.started:
+                break
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def live():
+    with LiveServer(ServerConfig(envs=["Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"])) as server:
+        yield server
+
+
+def app_client(**overrides) -> TestClient:
+    return TestClient(create_app(ServerConfig(**{"envs": ["Ragen/FrozenLake-v0"], **overrides})))
+
+
+def play(env, seed: int, steps: int = 12) -> list:
+    """An episode of oracle moves with an invalid action and a repeat of the last seen action mixed in."""
+    obs, info = env.reset(seed=seed)
+    record = [obs, info]
+    for k in range(steps):
+        action = "not an action" if k == 2 else env.get_wrapper_attr("oracle_action")() or "1"
+        obs, reward, terminated, truncated, info = env.step(action)
+        record += [action, obs, reward, terminated, truncated, info]
+        if terminated or truncated:
+            break
+    return record
+
+
+def same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("env_id", SERVED)
+def test_a_remote_env_plays_the_local_episode(env_id):
+    with TestClient(create_app(ServerConfig(envs=[env_id]))) as client:
+        remote = RemoteEnv(client=client)
+        local = gym.make(env_id)
+        assert remote.observation_space == local.observation_space
+        assert remote.valid_actions == local.get_wrapper_attr("valid_actions")
+        for seed in (0, 7):
+            assert same(play(remote, seed), play(local, seed))
+        assert remote.oracle_reasoning() == local.get_wrapper_attr("oracle_reasoning")()
+        parse = local.get_wrapper_attr("parse_action")
+        assert (remote.parse_action("nonsense!") is None) == (parse("nonsense!") is None)
+        remote.close()
+
+
+def test_images_cross_the_wire_exactly():
+    with TestClient(create_app(ServerConfig(envs=["Ragen/Sokoban-v0"],
+                                            env_kwargs={"Ragen/Sokoban-v0": {"observation_type": "both"}}))) as c:
+        remote = RemoteEnv(client=c, render_mode="rgb_array")
+        local = gym.make("Ragen/Sokoban-v0", observation_type="both", render_mode="rgb_array")
+        (obs, _), (expected, _) = remote.reset(seed=4), local.reset(seed=4)
+        assert obs["image"].dtype == np.uint8 and np.array_equal(obs["image"], expected["image"])
+        assert remote.observation_space.contains(obs)
+        assert np.array_equal(remote.render(), local.render())
+
+
+REPLIES = ["<think>go</think><answer>Down</answer>", "<think>hm</think><answer>Left || Up</answer>",
+           "no format", "<think>x</think><answer>Right</answer>"]
+
+
+def test_the_runner_and_chat_env_take_a_remote_env_by_id(live, tokenizer):
+    # The same grouped rollouts, with the same scripted replies, from local and remote envs.
+    kwargs = {"url": live.url, "env_id": "Ragen/FrozenLake-v0"}
+    config = RolloutConfig(n_groups=2, group_size=2, seed=5)
+    remote = RolloutRunner(REMOTE_ID, ScriptedPolicy(tokenizer, REPLIES), replace(config, env_kwargs=kwargs))
+    local = RolloutRunner("Ragen/FrozenLake-v0", ScriptedPolicy(tokenizer, REPLIES), config)
+    got, expected = remote.collect(), local.collect()
+    assert [t.messages for t in got] == [t.messages for t in expected]
+    assert [[turn.reward for turn in t.turns] for t in got] == [[turn.reward for turn in t.turns] for t in expected]
+    assert [t.success for t in got] == [t.success for t in expected]
+    assert any(turn.reward != 0 for t in got for turn in t.turns)  # the episodes did something
+    chat = ChatEnv(REMOTE_ID, **kwargs)
+    assert chat.instructions == ChatEnv("Ragen/FrozenLake-v0").instructions
+    chat.env.close()
+
+
+def test_openenvs_own_client_drives_the_server(live):
+    from openenv.core.generic_client import GenericEnvClient
+
+    local = gym.make("Ragen/Sokoban-v0")
+    with GenericEnvClient(base_url=f"{live.url}/envs/Ragen/Sokoban-v0").sync() as env:
+        result = env.reset(seed=11)
+        obs, _ = local.reset(seed=11)
+        assert result.observation["text"] == obs and result.done is False
+        for _ in range(30):
+            action = local.get_wrapper_attr("oracle_action")()
+            result = env.step({"action": action})
+            obs, reward, terminated, truncated, info = local.step(action)
+            assert (result.observation["text"], result.reward, result.done) == (obs, reward, terminated or truncated)
+            assert result.observation["info"]["success"] == info["success"]
+            if result.done:
+                break
+        assert result.done and result.observation["info"]["success"]
+        assert env.state()["step_count"] >= 1
+        with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+            env.step({"move": "Up"})  # an error reply; the session goes on
+        assert env.step({"action": "Up"}).done  # terminal states are absorbing
+    with GenericEnvClient(base_url=live.url).sync() as env:  # /ws serves the first env
+        assert env.reset(seed=1).observation["text"] == gym.make("Ragen/FrozenLake-v0").reset(seed=1)[0]
+        assert env.state()["env_id"] == "Ragen/FrozenLake-v0"
+
+
+def test_many_concurrent_sessions_keep_their_own_episodes(live):
+    def episode(seed):
+        env = gym.make(REMOTE_ID, url=live.url, env_id="Ragen/FrozenLake-v0")
+        try:
+            return play(env, seed)
+        finally:
+            env.close()
+
+    with ThreadPoolExecutor(16) as pool:
+        remote = list(pool.map(episode, range(32)))
+    assert all(same(r, play(gym.make("Ragen/FrozenLake-v0"), seed)) for seed, r in enumerate(remote))
+
+
+def error(response):
+    return response.status_code, response.json()["error"]["code"]
+
+
+def test_bad_requests_get_clear_4xx_errors_and_the_server_lives_on():
+    with app_client(max_sessions=2, max_request_bytes=4096) as c:
+        sid = c.post("/v1/sessions").json()["session_id"]
+        assert error(c.post(f"/v1/sessions/{sid}/step", json={"action": "Up"})) == (409, "bad_state")
+        assert error(c.post("/v1/sessions/nope/reset", json={})) == (404, "unknown_session")
+        assert error(c.post("/v1/sessions", json={"env_id": "Ragen/Nope-v0"})) == (404, "unknown_env")
+        bad_json = c.post(f"/v1/sessions/{sid}/reset", content=b'{"seed": ',
+                          headers={"content-type": "application/json"})
+        assert error(bad_json) == (400, "malformed_json")
+        for seed in (-1, "3", 1.5, True):
+            response = c.post(f"/v1/sessions/{sid}/reset", json={"seed": seed})
+            assert error(response) == (422, "invalid_request") and "seed" in response.json()["error"]["message"]
+        assert error(c.post(f"/v1/sessions/{sid}/reset", json={"options": {"transition_seed": -2}})) \
+            == (400, "bad_value")
+        assert error(c.post(f"/v1/sessions/{sid}/reset", json={"sed": 1})) == (422, "invalid_request")
+        assert error(c.post(f"/v1/sessions/{sid}/call/close", json={})) == (404, "unknown_method")
+        assert error(c.post(f"/v1/sessions/{sid}/step", json={"action": "x" * 5000})) == (413, "too_large")
+        c.post(f"/v1/sessions/{sid}/reset", json={"seed": 1})
+        step = c.post(f"/v1/sessions/{sid}/step", json={"action": 3}).json()  # not a string: an invalid action
+        assert step["info"]["action_is_valid"] is False and step["reward"] == 0.0
+        c.post("/v1/sessions")
+        capacity = c.post("/v1/sessions")
+        assert error(capacity) == (503, "capacity") and "maximum of 2" in capacity.json()["error"]["message"]
+        assert c.delete(f"/v1/sessions/{sid}").status_code == 204
+        assert error(c.delete(f"/v1/sessions/{sid}")) == (404, "unknown_session")
+        assert c.post("/v1/sessions").status_code == 201  # the freed slot is usable
+        assert c.get("/health").json()["sessions"] == 2
+
+
+def test_openenv_messages_that_are_wrong_get_error_replies():
+    with app_client() as c, c.websocket_connect("/ws") as ws:
+        for raw, code in [("{", "INVALID_JSON"), ('{"type": "jump"}', "UNKNOWN_TYPE"), ("[1]", "VALIDATION_ERROR"),
+                          ('{"type": "step", "data": {"action": "Up"}}', "EXECUTION_ERROR"),
+                          ('{"type": "reset", "data": {"seed": -4}}', "VALIDATION_ERROR")]:
+            ws.send_text(raw)
+            reply = json.loads(ws.receive_text())
+            assert reply["type"] == "error" and reply["data"]["code"] == code, raw
+        ws.send_text(json.dumps({"type": "reset", "data": {"seed": 2}}))
+        assert json.loads(ws.receive_text())["type"] == "observation"
+
+
+def test_a_token_guards_everything_but_health():
+    with app_client(token="s3cret") as c:
+        assert error(c.post("/v1/sessions")) == (401, "unauthorized")
+        assert error(c.post("/v1/sessions", headers={"Authorization": "Bearer wrong"})) == (401, "unauthorized")
+        assert c.get("/health").status_code == 200
+        env = RemoteEnv(client=c, token="s3cret")
+        assert env.reset(seed=0)[1]["action_is_valid"]
+        with pytest.raises(WebSocketDisconnect):
+            with c.websocket_connect("/ws") as ws:
+                ws.receive_text()
+        with c.websocket_connect("/ws", headers={"Authorization": "Bearer s3cret"}) as ws:
+            ws.send_text('{"type": "reset", "data": {"seed": 0}}')
+            assert json.loads(ws.receive_text())["type"] == "observation"
+
+
+def test_idle_sessions_are_closed():
+    with app_client(idle_timeout_s=0.05) as c:
+        sessions = c.app.state.sessions
+        env, busy = RemoteEnv(client=c), RemoteEnv(client=c)
+        for _ in range(200):  # the reaper looks every idle_timeout_s / 2
+            busy.reset(seed=0)
+            if env.session_id not in sessions.open:
+                break
+            time.sleep(0.01)
+        assert env.session_id not in sessions.open and sessions.closed_idle >= 1
+        assert busy.session_id in sessions.open
+        with pytest.raises(RemoteEnvError, match="unknown_session"):
+            env.reset(seed=0)
+
+
+def test_an_unreachable_server_fails_fast():
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="ragen serve"):
+        RemoteEnv("http://127.0.0.1:9")  # the discard port: nothing listens
+    assert time.monotonic() - start < 30  # no long retries (a bound, not a timing claim)
+
+
+def test_server_config_is_checked():
+    with pytest.raises(ValueError, match="unknown env"):
+        ServerConfig(envs=["Ragen/Nope-v0"])
+    with pytest.raises(ValueError, match="max_sessions"):
+        ServerConfig(max_sessions=0)
+    with pytest.raises(ValueError, match="not served"):
+        ServerConfig(envs=["Ragen/Sokoban-v0"], env_kwargs={"Ragen/FrozenLake-v0": {}})
+
+
+def test_ragen_serve_takes_its_settings_from_flags(monkeypatch):
+    import ragen_envs.server.app as app
+
+    seen = []
+    monkeypatch.setattr(app, "serve", seen.append)
+    from ragen_envs.cli import main
+
+    assert main(["serve", "--env", "Ragen/FrozenLake-v0", "--env", "Ragen/Sokoban-v0", "--port", "0",
+                 "--max-sessions", "5", "--env-kwargs", '{"Ragen/Sokoban-v0": {"num_boxes": 2}}']) == 0
+    config = seen[0]
+    assert config.envs == ["Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"] and config.max_sessions == 5
+    assert config.host == "127.0.0.1" and config.env_kwargs == {"Ragen/Sokoban-v0": {"num_boxes": 2}}
+    assert main(["serve", "--env", "Ragen/FrozenLake-v0", "--idle-timeout-s", "0"]) == 2
