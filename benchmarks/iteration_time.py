@@ -27,7 +27,7 @@ import findings
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.registry import ENVIRONMENTS
 
-PHASES = ("rollout", "mi", "stats", "filter", "update")
+PHASES = ("rollout", "mi", "stats", "filter", "update", "sync")  # sync: new weights into vLLM
 ROWS = ("before", "now", "frozen", "vllm")
 
 

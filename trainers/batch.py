@@ -1,10 +1,8 @@
 """Turn trajectories into training sequences and pad them into tensors.
 
-A trajectory's turns chain into one token sequence: each turn's prompt extends the previous prompt
-and reply (the rollout runner keeps prompts in token space), so the sequence is the last prompt
-plus the last reply, with the generated tokens marked. Where the context cap dropped old turns the
-chain breaks and a new sequence (segment) starts. The episode return goes on the last generated
-token of the trajectory's last segment.
+A trajectory's turns chain into token sequences (``Trajectory.segments``: one, unless the context cap
+dropped old turns). The episode return goes on the last generated token of the trajectory's last
+segment.
 """
 
 from __future__ import annotations
@@ -25,18 +23,9 @@ class Sample:
 
 
 def trajectory_samples(traj, index: int) -> list[Sample]:
-    segments: list[tuple[list[int], list[int]]] = []
-    for turn in traj.turns:
-        ids, gen = segments[-1] if segments else (None, None)
-        if ids is not None and turn.prompt_ids[:len(ids)] == ids:
-            env = turn.prompt_ids[len(ids):]
-            ids.extend(env + turn.response_ids)
-            gen.extend([0] * len(env) + [1] * len(turn.response_ids))
-        else:
-            segments.append((list(turn.prompt_ids) + list(turn.response_ids),
-                             [0] * len(turn.prompt_ids) + [1] * len(turn.response_ids)))
-    return [Sample(ids, gen, traj.group, index, traj.episode_return, last=(n == len(segments) - 1))
-            for n, (ids, gen) in enumerate(segments)]
+    segments = traj.segments()
+    return [Sample(seg.ids, seg.generated, traj.group, index, traj.episode_return, last=(n == len(segments) - 1))
+            for n, seg in enumerate(segments)]
 
 
 @dataclass

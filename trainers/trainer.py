@@ -288,9 +288,11 @@ class Trainer:
             self._phase("update")
             update_start = time.perf_counter()
             metrics.update(self._update(samples, batches, stats, chosen))
-            if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
-                self.rollout_policy.load_weights(self.model.state_dict())
             metrics["time/update_s"] = time.perf_counter() - update_start
+            if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
+                sync_start = time.perf_counter()
+                self.rollout_policy.load_weights(self.model.state_dict())
+                metrics["time/sync_s"] = time.perf_counter() - sync_start
         metrics["time/iteration_s"] = time.perf_counter() - start
         if "time/mi_s" in metrics:
             metrics["time/mi_share"] = metrics["time/mi_s"] / metrics["time/iteration_s"]

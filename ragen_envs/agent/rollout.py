@@ -131,13 +131,18 @@ class RolloutRunner:
                           for env_id in self.group_envs for _ in range(g)]
         return self._envs
 
-    def collect(self, progress: Callable[[int, int], None] | None = None) -> list[Trajectory]:
+    def collect(self, progress: Callable[[int, int], None] | None = None,
+                seeds: list[int] | None = None) -> list[Trajectory]:
         """One batch: P x G trajectories, ordered by group. ``progress(turn, active)`` is called
-        before each turn's generation."""
+        before each turn's generation. ``seeds``: one env seed per group (default: the next P seeds
+        of the run; given seeds leave that sequence where it was)."""
         c, policy, tok = self.config, self.policy, self.policy.tokenizer
         envs = self._make_envs()
         g = c.group_size
-        seeds = [self.next_seed + i for i in range(len(self.group_envs))]
+        if seeds is not None and len(seeds) != len(self.group_envs):
+            raise ValueError(f"collect(seeds=...) takes one seed per group: {len(self.group_envs)}, got {len(seeds)}")
+        given = seeds is not None
+        seeds = list(seeds) if given else [self.next_seed + i for i in range(len(self.group_envs))]
         trajectories = []
         for i, env in enumerate(envs):
             group = i // g
@@ -190,7 +195,8 @@ class RolloutRunner:
             traj.messages = list(env.messages)
             traj.episode_return = env.episode_return
             traj.success = env.success
-        self.next_seed += len(self.group_envs)
+        if not given:
+            self.next_seed += len(self.group_envs)
         self.calls += 1
         return trajectories
 

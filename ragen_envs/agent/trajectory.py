@@ -42,6 +42,15 @@ class Turn:
 
 
 @dataclass
+class Segment:
+    """One token sequence of an episode (see ``Trajectory.segments``)."""
+
+    ids: list[int]
+    generated: list[int]  # 1 where the model generated the token, 0 on prompt and env tokens
+    logprobs: list[float]  # the sampling log-probability of generated tokens, 0.0 elsewhere
+
+
+@dataclass
 class Trajectory:
     env_id: str
     group: int  # index of the prompt group within its batch; a group shares one initial state
@@ -59,6 +68,24 @@ class Trajectory:
     @property
     def num_turns(self) -> int:
         return len(self.turns)
+
+    def segments(self) -> list[Segment]:
+        """The episode as token sequences. Each turn's prompt extends the previous prompt and reply
+        (the runner keeps prompts in token space), so the turns chain into one sequence: the last
+        prompt plus the last reply, the generated tokens marked. Where the context cap dropped old
+        turns the chain breaks and a new segment starts."""
+        out: list[Segment] = []
+        for turn in self.turns:
+            last = out[-1] if out else None
+            if last is not None and turn.prompt_ids[:len(last.ids)] == last.ids:
+                env = turn.prompt_ids[len(last.ids):]
+            else:
+                last, env = Segment([], [], []), list(turn.prompt_ids)
+                out.append(last)
+            last.ids.extend([*env, *turn.response_ids])
+            last.generated.extend([0] * len(env) + [1] * len(turn.response_ids))
+            last.logprobs.extend([0.0] * len(env) + list(turn.logprobs))
+        return out
 
     @property
     def format_valid(self) -> float:
