@@ -12,6 +12,11 @@ are counted as steps: a small model makes few) for:
 and the same grouped run on vLLM when it is installed (``make test-vllm`` builds .venv-vllm;
 run this script with that venv's python, LD_PRELOAD set as in the Makefile).
 
+Then, with an env whose every step takes 50-200 ms (``--env-delay-ms``; as a sandboxed program or a
+remote retriever would), the synchronous grouped runner (env steps on P x G threads, but each turn
+waits for its slowest env) against ``AsyncRolloutRunner`` (each episode on its own): episodes/s, and
+the time the model sat waiting (wall time minus time spent generating).
+
     python benchmarks/rollout_throughput.py [--groups 2 --group-size 4 --max-turns 2 --max-new-tokens 32]
 """
 
@@ -20,9 +25,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import time
+from dataclasses import replace
+
+import gymnasium as gym
+import numpy as np
 
 from ragen_envs.agent import ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig
 from ragen_envs.agent import chat_encoding
+from ragen_envs.agent.async_rollout import AsyncRolloutRunner
 from ragen_envs.registry import ENVIRONMENTS
 
 
@@ -74,6 +84,60 @@ def upper_bound(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, i
     return sum(len(g.token_ids) for g in gens), 0, 0, seconds
 
 
+class SlowSteps(gym.Wrapper):
+    """``env_id`` whose steps each take a uniform ``low_ms``..``high_ms`` (its own random stream)."""
+
+    def __init__(self, env_id: str, low_ms: float, high_ms: float, seed: int = 0):
+        super().__init__(gym.make(env_id))
+        self.low, self.high = low_ms / 1000, high_ms / 1000
+        self.delays = np.random.default_rng(seed)
+
+    def step(self, action):
+        time.sleep(self.delays.uniform(self.low, self.high))
+        return self.env.step(action)
+
+
+SLOW_ID = "Bench/SlowSteps-v0"
+if SLOW_ID not in gym.registry:
+    gym.register(SLOW_ID, entry_point=SlowSteps)
+
+
+class TimedPolicy:
+    """Adds up the time ``policy.generate`` runs (the rest of a rollout the model waits)."""
+
+    def __init__(self, policy):
+        self.policy, self.busy = policy, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    def generate(self, prompts, sampling):
+        start = time.perf_counter()
+        try:
+            return self.policy.generate(prompts, sampling)
+        finally:
+            self.busy += time.perf_counter() - start
+
+
+def slow_env_rows(env_id: str, policy, config: RolloutConfig, low_ms: float, high_ms: float) -> None:
+    """Synchronous against asynchronous rollouts with slow env steps."""
+    slow = replace(config, env_kwargs={"env_id": env_id, "low_ms": low_ms, "high_ms": high_ms},
+                   env_workers=config.n_groups * config.group_size)
+    print(f"\nenv steps taking {low_ms:g}-{high_ms:g} ms: synchronous grouped runner against the asynchronous one")
+    print(f"{'run':30s} {'episodes':>8s} {'turns':>6s} {'seconds':>8s} {'episodes/s':>11s} {'generating s':>13s} "
+          f"{'waiting s':>10s} {'vs sync':>8s}")
+    results = []
+    for name, runner_class in (("synchronous, threaded envs", RolloutRunner), ("asynchronous", AsyncRolloutRunner)):
+        timed = TimedPolicy(policy)
+        start = time.perf_counter()
+        trajectories = runner_class(SLOW_ID, timed, slow).collect()
+        seconds = time.perf_counter() - start
+        turns = sum(t.num_turns for t in trajectories)
+        results.append(len(trajectories) / seconds)
+        print(f"{name:30s} {len(trajectories):8d} {turns:6d} {seconds:8.1f} {results[-1]:11.3f} {timed.busy:13.1f} "
+              f"{seconds - timed.busy:10.1f} {results[-1] / results[0]:7.2f}x", flush=True)
+
+
 def row(name: str, result, baseline=None) -> None:
     tokens, turns, steps, seconds = result
     line = (f"{name:30s} {tokens:7d} {turns:6d} {steps:6d} {seconds:8.1f} {tokens / seconds:9.1f} "
@@ -92,6 +156,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
     parser.add_argument("--skip-naive", action="store_true", help="leave out the slow one-by-one loop")
+    parser.add_argument("--env-delay-ms", type=float, nargs=2, default=(50, 200), metavar=("LOW", "HIGH"),
+                        help="the slow env's step time for the synchronous-against-asynchronous rows")
+    parser.add_argument("--only", choices=("tokens", "async"), default=None,
+                        help="run only the token-throughput rows or only the slow-env rows")
     args = parser.parse_args()
     config = RolloutConfig(n_groups=args.groups, group_size=args.group_size,
                            chat=ChatEnvConfig(max_turns=args.max_turns),
@@ -105,6 +173,13 @@ def main() -> None:
           f"{args.max_new_tokens} new tokens per turn")
     print(f"{'run':30s} {'tokens':>7s} {'turns':>6s} {'steps':>6s} {'seconds':>8s} {'tokens/s':>9s} "
           f"{'turns/s':>8s} {'tokens/s vs naive':>18s}")
+    if args.only != "async":
+        token_rows(args, policy, config)
+    if args.only != "tokens":
+        slow_env_rows(args.env, policy, config, *args.env_delay_ms)
+
+
+def token_rows(args, policy, config: RolloutConfig) -> None:
     base = None
     if not args.skip_naive:
         base = naive(args.env, policy, config)

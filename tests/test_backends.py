@@ -118,6 +118,8 @@ class FakeServer:
     def __init__(self, answers):
         self.answers = list(answers)
         self.requests = []
+        self.active = self.peak = 0  # requests being answered now, and at most
+        lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -125,7 +127,12 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append((self.path, body))
                 status, payload, delay = server.answers[min(len(server.requests), len(server.answers)) - 1]
+                with lock:
+                    server.active += 1
+                    server.peak = max(server.peak, server.active)
                 time.sleep(delay)
+                with lock:
+                    server.active -= 1
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)

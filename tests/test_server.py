@@ -191,6 +191,7 @@ def test_bad_requests_get_clear_4xx_errors_and_the_server_lives_on():
         c.post(f"/v1/sessions/{sid}/reset", json={"seed": 1})
         step = c.post(f"/v1/sessions/{sid}/step", json={"action": 3}).json()  # not a string: an invalid action
         assert step["info"]["action_is_valid"] is False and step["reward"] == 0.0
+        assert c.get(f"/v1/sessions/{sid}").json()["step_count"] == 1
         c.post("/v1/sessions")
         capacity = c.post("/v1/sessions")
         assert error(capacity) == (503, "capacity") and "maximum of 2" in capacity.json()["error"]["message"]

@@ -136,22 +136,8 @@ class RolloutRunner:
         """One batch: P x G trajectories, ordered by group. ``progress(turn, active)`` is called
         before each turn's generation. ``seeds``: one env seed per group (default: the next P seeds
         of the run; given seeds leave that sequence where it was)."""
-        c, policy, tok = self.config, self.policy, self.policy.tokenizer
-        envs = self._make_envs()
-        g = c.group_size
-        if seeds is not None and len(seeds) != len(self.group_envs):
-            raise ValueError(f"collect(seeds=...) takes one seed per group: {len(self.group_envs)}, got {len(seeds)}")
-        given = seeds is not None
-        seeds = list(seeds) if given else [self.next_seed + i for i in range(len(self.group_envs))]
-        trajectories = []
-        for i, env in enumerate(envs):
-            group = i // g
-            # Same initial state within a group; each sample then draws its own transitions (slip).
-            transitions = int(np.random.SeedSequence([seeds[group], i % g]).generate_state(1)[0])
-            messages = env.reset(seed=seeds[group], transition_seed=transitions)
-            trajectories.append(Trajectory(env_id=env.env_id, group=group, seed=seeds[group], messages=messages,
-                                           transition_seed=transitions,
-                                           env_kwargs=self.env_kwargs.get(env.env_id, {})))
+        c, policy = self.config, self.policy
+        envs, trajectories, given = self._start(seeds)
         prompts: list[list[int] | None] = [None] * len(envs)
         policy.reset_cache()  # nothing kept by earlier calls is reused (or held in memory) by this batch
         dropped = [0] * len(envs)
@@ -175,22 +161,48 @@ class RolloutRunner:
 
                 records = list((pool.map if pool else map)(step, zip(active, replies)))
                 for i, gen, reply, record in zip(active, generations, replies, records):
-                    start, end = think_span(tok, gen.token_ids, bool(self.prefill)) if c.chat.enable_think \
-                        else (None, None)
-                    trajectories[i].turns.append(Turn(
-                        prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
-                        response=reply, reasoning=record.reasoning, actions=record.actions,
-                        reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
-                        think_start=start, think_end=end, messages_dropped=dropped[i],
-                        entropies=gen.entropies))
-                    if not envs[i].done:
-                        prompts[i] = chat_encoding.extend(tok, prompts[i], gen.token_ids, envs[i].messages,
-                                                          self.prefill)
+                    self._record(i, gen, reply, record, envs, prompts, dropped, trajectories)
                 active = [i for i in active if not envs[i].done]
         finally:
             policy.reset_cache()
             if pool:
                 pool.shutdown()
+        self._finish(envs, trajectories, given)
+        return trajectories
+
+    # -- the steps both runners share (this one and async_rollout.AsyncRolloutRunner) ---------------
+    def _start(self, seeds: list[int] | None) -> tuple[list[ChatEnv], list[Trajectory], bool]:
+        """Reset every env for a batch; returns (envs, empty trajectories, whether seeds were given)."""
+        envs, g = self._make_envs(), self.config.group_size
+        if seeds is not None and len(seeds) != len(self.group_envs):
+            raise ValueError(f"collect(seeds=...) takes one seed per group: {len(self.group_envs)}, got {len(seeds)}")
+        given = seeds is not None
+        seeds = list(seeds) if given else [self.next_seed + i for i in range(len(self.group_envs))]
+        trajectories = []
+        for i, env in enumerate(envs):
+            group = i // g
+            # Same initial state within a group; each sample then draws its own transitions (slip).
+            transitions = int(np.random.SeedSequence([seeds[group], i % g]).generate_state(1)[0])
+            messages = env.reset(seed=seeds[group], transition_seed=transitions)
+            trajectories.append(Trajectory(env_id=env.env_id, group=group, seed=seeds[group], messages=messages,
+                                           transition_seed=transitions,
+                                           env_kwargs=self.env_kwargs.get(env.env_id, {})))
+        return envs, trajectories, given
+
+    def _record(self, i: int, gen, reply: str, record, envs, prompts, dropped, trajectories) -> None:
+        """Store episode i's turn and, unless it ended, extend its prompt with the reply and the env's answer."""
+        tok, c = self.policy.tokenizer, self.config
+        start, end = think_span(tok, gen.token_ids, bool(self.prefill)) if c.chat.enable_think else (None, None)
+        trajectories[i].turns.append(Turn(
+            prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
+            response=reply, reasoning=record.reasoning, actions=record.actions,
+            reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
+            think_start=start, think_end=end, messages_dropped=dropped[i],
+            entropies=gen.entropies))
+        if not envs[i].done:
+            prompts[i] = chat_encoding.extend(tok, prompts[i], gen.token_ids, envs[i].messages, self.prefill)
+
+    def _finish(self, envs, trajectories, given: bool) -> None:
         for traj, env in zip(trajectories, envs):
             traj.messages = list(env.messages)
             traj.episode_return = env.episode_return
@@ -198,7 +210,6 @@ class RolloutRunner:
         if not given:
             self.next_seed += len(self.group_envs)
         self.calls += 1
-        return trajectories
 
     def _fit(self, i: int, envs, prompts, dropped, trajectories) -> bool:
         """Make env i's prompt fit the context (see the module docstring). True: it cannot, and the

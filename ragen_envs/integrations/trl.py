@@ -36,8 +36,8 @@ from dataclasses import replace
 import gymnasium as gym
 
 from ragen_envs.agent.backends.transformers import TransformersPolicy
-from ragen_envs.agent.chat_env import ChatEnv
 from ragen_envs.agent.rollout import RolloutConfig, RolloutRunner, env_kwargs_by_id
+from ragen_envs.integrations.common import seed_rows
 
 try:
     import trl  # noqa: F401  (the extra this adapter is for)
@@ -80,13 +80,10 @@ class EnvRollout:
         """A ``datasets.Dataset`` of ``n`` episodes' first prompts, seeds ``start`` .. ``start + n - 1``."""
         from datasets import Dataset
 
-        chat = ChatEnv(self.env_id, self.config.chat, self.config.sampling.max_new_tokens, **self._env_kwargs())
-        rows = []
-        for seed in range(start, start + n):
-            messages = [dict(m) for m in chat.reset(seed=seed)]
-            self._seeds.setdefault(_key(messages), seed)
-            rows.append({"prompt": messages, "seed": seed})
-        chat.env.close()
+        rows = seed_rows(self.env_id, n, start, self.config.chat, self.config.sampling.max_new_tokens,
+                         **self._env_kwargs())
+        for row in rows:
+            self._seeds.setdefault(_key(row["prompt"]), row["seed"])
         return Dataset.from_list(rows)
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:

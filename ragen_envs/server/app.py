@@ -8,6 +8,7 @@ speaks (JSON bodies, values in ``ragen_envs.wire``'s form)::
     POST   /v1/sessions/{sid}/step           {"action": "..."}  -> observation, reward, terminated, ...
     POST   /v1/sessions/{sid}/call/{method}  {"args": [...]}    -> {"result": ...}  (parse_action,
                                              oracle_action, oracle_reasoning, render)
+    GET    /v1/sessions/{sid}                -> env_id, episode_id, step_count (this episode), idle_s
     DELETE /v1/sessions/{sid}
     GET    /health                           (no token needed)
 
@@ -301,6 +302,12 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
             raise ServeError(404, "unknown_method", f"callable env methods: {', '.join(CALLS)}")
         fn = session.env.get_wrapper_attr(method)
         return {"result": wire.encode(await sessions.call(session, fn, *(body.args if body else [])))}
+
+    @app.get("/v1/sessions/{sid}")
+    async def state(sid: str):
+        session = sessions.get(sid)
+        return {"session_id": sid, "env_id": session.env_id, "episode_id": session.episode_id,
+                "step_count": session.steps, "idle_s": time.monotonic() - session.last_used}
 
     @app.delete("/v1/sessions/{sid}", status_code=204)
     async def close(sid: str):

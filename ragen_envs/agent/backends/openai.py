@@ -12,6 +12,7 @@ message. Every request has a timeout.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
@@ -58,6 +59,7 @@ class OpenAIPolicy(Policy):
         self.max_concurrency = max_concurrency
         self.max_context = max_context
         self._session = requests.Session()
+        self._in_flight: ThreadPoolExecutor | None = None  # agenerate's threads
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
 
@@ -90,6 +92,14 @@ class OpenAIPolicy(Policy):
         jobs = [(i, p) for i, p in enumerate(prompts)]
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(jobs)))) as pool:
             return list(pool.map(lambda job: self._generate_one(job[1], sampling, job[0]), jobs))
+
+    async def agenerate(self, prompt: Prompt, sampling: SamplingConfig) -> Generation:
+        """One prompt's generation, awaited (``AsyncRolloutRunner``): up to ``max_concurrency``
+        requests are in flight at once, and the server batches them."""
+        if self._in_flight is None:  # its size bounds the requests in flight
+            self._in_flight = ThreadPoolExecutor(max_workers=self.max_concurrency)
+        return await asyncio.get_running_loop().run_in_executor(self._in_flight, self._generate_one, prompt,
+                                                                sampling, 0)
 
     def _sampling_payload(self, sampling: SamplingConfig, index: int) -> dict[str, Any]:
         payload: dict[str, Any] = {

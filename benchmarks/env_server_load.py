@@ -1,0 +1,154 @@
+"""Load test of the env server (`ragen serve`) on 127.0.0.1: sessions/s, steps/s and request latency
+at 1, 64 and 512 concurrent sessions; errors and lost steps must be 0.
+
+The server runs in its own process (as in use); the load comes from one asyncio client with as many
+connections as sessions. Each session opens, resets with its own seed, plays ``--steps`` actions
+(the env's oracle moves, read from the server, mixed with an invalid one), checks with the server
+that every step was counted, and closes. Each level is bounded: ``--sessions-per-level`` sessions
+at most (default: 2 x the concurrency) and ``--level-timeout`` seconds.
+
+    python benchmarks/env_server_load.py [--env Ragen/Sokoban-v0 --levels 1 64 512 --steps 10]
+
+The table is a measurement of this machine; the test suite asserts no time (tests/test_server.py
+runs the same clients for correctness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from ragen_envs.registry import ENVIRONMENTS
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def one_session(client: httpx.AsyncClient, seed: int, steps: int, latencies: list, counts: dict) -> None:
+    async def call(method, path, body=None):
+        start = time.perf_counter()
+        try:
+            response = await client.request(method, path, json=body)
+        except httpx.HTTPError as error:
+            counts["errors"] += 1
+            counts.setdefault("examples", []).append(f"{type(error).__name__}: {error}")
+            return None
+        latencies.append(time.perf_counter() - start)
+        if response.status_code >= 400:
+            counts["errors"] += 1
+            counts.setdefault("examples", []).append(response.text[:200])
+            return None
+        return response.json() if response.content else {}
+
+    opened = await call("POST", "/v1/sessions", {})
+    if opened is None:
+        return
+    sid = opened["session_id"]
+    if await call("POST", f"/v1/sessions/{sid}/reset", {"seed": seed}) is not None:
+        sent = 0
+        for k in range(steps):
+            if k == 1:
+                action = "not an action"
+            else:
+                oracle = await call("POST", f"/v1/sessions/{sid}/call/oracle_action", {"args": []})
+                action = (oracle or {}).get("result") or "Up"
+            sent += 1
+            if await call("POST", f"/v1/sessions/{sid}/step", {"action": action}) is not None:
+                counts["steps"] += 1
+        state = await call("GET", f"/v1/sessions/{sid}")
+        if state is not None:
+            counts["lost"] += sent - state["step_count"]
+    await call("DELETE", f"/v1/sessions/{sid}")
+    counts["sessions"] += 1
+
+
+async def level(url: str, concurrency: int, sessions: int, steps: int, timeout: float) -> dict:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    latencies: list[float] = []
+    counts = {"sessions": 0, "steps": 0, "errors": 0, "lost": 0}
+    gate = asyncio.Semaphore(concurrency)
+
+    async def guarded(seed):
+        async with gate:
+            await one_session(client, seed, steps, latencies, counts)
+
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
+        start = time.perf_counter()
+        tasks = [asyncio.create_task(guarded(seed)) for seed in range(sessions)]
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        seconds = time.perf_counter() - start
+    lat = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    return {"concurrency": concurrency, "sessions": counts["sessions"], "unfinished": len(pending),
+            "seconds": seconds, "sessions_per_s": counts["sessions"] / seconds,
+            "steps_per_s": counts["steps"] / seconds, "requests": len(latencies),
+            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+            "errors": counts["errors"], "lost_steps": counts["lost"], "error_examples": counts.get("examples", [])[:3]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", choices=list(ENVIRONMENTS), default="Ragen/Sokoban-v0")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 64, 512])
+    parser.add_argument("--steps", type=int, default=10, help="steps per session")
+    parser.add_argument("--sessions-per-level", type=int, default=None, help="default: 2 x the concurrency (>= 20)")
+    parser.add_argument("--level-timeout", type=float, default=300.0)
+    parser.add_argument("--workers", type=int, default=32, help="the server's env threads")
+    args = parser.parse_args()
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "ragen_envs.cli", "serve", "--env", args.env, "--port", str(port),
+                               "--max-sessions", str(max(args.levels) * 2), "--workers", str(args.workers)],
+                              stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise SystemExit("the server did not start")
+        print(f"{args.env} on {url}: {args.steps} steps per session (each step also asks the oracle: "
+              f"{2 * args.steps + 4} requests per session)")
+        print(f"{'sessions':>8s} {'done':>6s} {'seconds':>8s} {'sessions/s':>11s} {'steps/s':>8s} {'p50 ms':>7s} "
+              f"{'p99 ms':>7s} {'errors':>6s} {'lost':>5s}")
+        rows = []
+        for concurrency in args.levels:
+            sessions = args.sessions_per_level or max(20, 2 * concurrency)
+            r = asyncio.run(level(url, concurrency, sessions, args.steps, args.level_timeout))
+            rows.append(r)
+            print(f"{concurrency:8d} {r['sessions']:6d} {r['seconds']:8.1f} {r['sessions_per_s']:11.1f} "
+                  f"{r['steps_per_s']:8.1f} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['errors']:6d} "
+                  f"{r['lost_steps']:5d}", flush=True)
+            for example in r["error_examples"]:
+                print(f"  error: {example}")
+        health = httpx.get(f"{url}/health").json()
+        print(f"server still healthy after the load: {health['status']}, {health['sessions']} sessions open")
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / "env_server_load.json"
+        out.write_text(json.dumps({"env": args.env, "steps": args.steps, "rows": rows, "after": health}, indent=1))
+        print(f"written: {out}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Asynchronous rollouts: each episode advances on its own, so while one waits on a slow env step (a
+sandboxed program, a remote retriever) the others generate.
+
+``AsyncRolloutRunner`` collects the same batches as ``RolloutRunner`` (P groups x G samples, the same
+seeds, transitions, prompts in token space, context cap and ``Trajectory`` records); only the order
+in which turns happen differs. Generation goes through
+
+- the policy's own ``agenerate(prompt, sampling)`` where it has one: ``OpenAIPolicy`` keeps up to
+  ``max_concurrency`` requests in flight to an OpenAI-compatible server (vLLM batches them);
+- otherwise a ``RequestBatcher``: requests that arrive while the model is busy wait and then run as
+  one ``generate`` batch (the transformers and in-process vLLM backends), in a worker thread.
+
+Env steps run on a thread pool (default: one thread per episode). For a deterministic policy the
+trajectories equal the synchronous runner's. With sampling, a batch's sampling seed is its first
+request's, and which requests share a batch depends on timing: runs are not bit-reproducible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Callable
+
+from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
+from ragen_envs.agent.rollout import RolloutConfig, RolloutRunner
+from ragen_envs.agent.trajectory import Trajectory
+
+
+class RequestBatcher:
+    """Merges concurrent one-prompt requests into ``policy.generate`` batches, one batch at a time:
+    requests made while a batch runs form the next. Requests whose sampling settings differ (other
+    than the seed) go in different batches. ``busy_s`` adds up the time spent generating."""
+
+    def __init__(self, policy: Policy, max_batch: int = 256):
+        self.policy, self.max_batch = policy, max_batch
+        self.queue: list[tuple[Prompt, SamplingConfig, asyncio.Future]] = []
+        self.running = False
+        self.busy_s = 0.0
+        self.batches = 0
+
+    async def generate(self, prompt: Prompt, sampling: SamplingConfig) -> Generation:
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append((prompt, sampling, future))
+        if not self.running:
+            self.running = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self.queue:
+                await asyncio.sleep(0)  # requests made in this same loop tick join the batch
+                key = replace(self.queue[0][1], seed=None)
+                batch = [r for r in self.queue if replace(r[1], seed=None) == key][:self.max_batch]
+                self.queue = [r for r in self.queue if all(r is not b for b in batch)]
+                start = time.perf_counter()
+                try:
+                    generations = await asyncio.to_thread(self.policy.generate, [p for p, _, _ in batch], batch[0][1])
+                except Exception as error:  # every waiting episode hears of it
+                    for _, _, future in batch:
+                        future.set_exception(error)
+                    continue
+                finally:
+                    self.busy_s += time.perf_counter() - start
+                    self.batches += 1
+                for (_, _, future), generation in zip(batch, generations):
+                    future.set_result(generation)
+        finally:
+            self.running = False
+
+
+class AsyncRolloutRunner(RolloutRunner):
+    """``RolloutRunner``'s batches, each episode on its own (see the module docstring).
+
+    Args:
+        env_threads: threads stepping envs (default: one per episode, so every episode can wait on
+            its env at once).
+    After ``collect``, ``stats`` holds the batch's ``wall_s``, ``generate_busy_s`` (time the model
+    was generating; the rest of ``wall_s`` it waited) and ``generate_calls``.
+    """
+
+    def __init__(self, envs, policy: Policy, config: RolloutConfig | None = None, env_threads: int | None = None):
+        super().__init__(envs, policy, config)
+        self.env_threads = env_threads
+        self.stats: dict[str, float] = {}
+
+    def collect(self, progress: Callable[[int, int], None] | None = None,
+                seeds: list[int] | None = None) -> list[Trajectory]:
+        """One batch, as ``RolloutRunner.collect``; from inside a running event loop, await ``acollect``."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.acollect(progress, seeds))
+        raise RuntimeError("AsyncRolloutRunner.collect() was called inside an event loop: await acollect() there")
+
+    async def acollect(self, progress: Callable[[int, int], None] | None = None,
+                       seeds: list[int] | None = None) -> list[Trajectory]:
+        c, policy = self.config, self.policy
+        envs, trajectories, given = self._start(seeds)
+        n = len(envs)
+        prompts: list[list[int] | None] = [None] * n
+        dropped = [0] * n
+        turns_done = [0] * n
+        batcher = None if hasattr(policy, "agenerate") else RequestBatcher(policy)
+        generate = policy.agenerate if batcher is None else batcher.generate
+        loop = asyncio.get_running_loop()
+        pool = ThreadPoolExecutor(self.env_threads or n)
+        start = time.perf_counter()
+
+        async def episode(i: int) -> None:
+            for turn in range(c.chat.max_turns):
+                if envs[i].done or self._fit(i, envs, prompts, dropped, trajectories):
+                    break
+                # One seed per episode and turn: G samples of a group must not draw the same tokens.
+                seed = self._sampling_seed(turn) + i
+                generation = await generate(prompts[i], replace(c.sampling, seed=seed))
+                reply = self.prefill + generation.text  # the reply starts inside the prefilled <think>
+                record = await loop.run_in_executor(pool, envs[i].step, reply)
+                self._record(i, generation, reply, record, envs, prompts, dropped, trajectories)
+                turns_done[i] = turn + 1
+                if progress:
+                    active = [t for k, t in enumerate(turns_done) if not envs[k].done]
+                    progress(min(active, default=c.chat.max_turns), len(active))
+            turns_done[i] = c.chat.max_turns
+
+        policy.reset_cache()  # nothing kept by earlier calls is reused (or held in memory) by this batch
+        try:
+            await asyncio.gather(*(episode(i) for i in range(n)))
+        finally:
+            policy.reset_cache()
+            pool.shutdown()
+        self._finish(envs, trajectories, given)
+        self.stats = {"wall_s": time.perf_counter() - start,
+                      "generate_busy_s": batcher.busy_s if batcher else float("nan"),
+                      "generate_calls": float(batcher.batches if batcher else sum(len(t.turns) for t in trajectories))}
+        return trajectories

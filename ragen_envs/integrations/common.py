@@ -1,0 +1,31 @@
+"""What the adapters share: one dataset row per env seed (the episode's first chat prompt), and the
+template text between turns."""
+
+from __future__ import annotations
+
+from ragen_envs.agent import chat_encoding
+from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+
+
+def seed_rows(env_id: str, n: int, start: int = 0, chat: ChatEnvConfig | None = None,
+              max_response_tokens: int | None = None, **env_kwargs) -> list[dict]:
+    """Rows ``{"prompt": [system, user messages], "env_id": ..., "seed": s}`` for seeds ``start`` ..
+    ``start + n - 1``: the prompt is exactly what ``ChatEnv`` shows at that seed's reset."""
+    env = ChatEnv(env_id, chat, max_response_tokens, **env_kwargs)
+    try:
+        return [{"prompt": [dict(m) for m in env.reset(seed=seed)], "env_id": env_id, "seed": seed}
+                for seed in range(start, start + n)]
+    finally:
+        env.close()
+
+
+def feedback_text(tokenizer, messages: list[dict], reply_ended_with_eos: bool = True) -> str:
+    """The chat-template text between a reply and the next generation: the end of the assistant's
+    turn (unless the engine's tokens already hold it: an EOS it generated), the new user message
+    (``messages[-1]``) and the generation prompt. For frameworks that join prompt, reply and env
+    text themselves (OpenRLHF); ``chat_encoding.extend`` does the same in token space."""
+    reply_ids = chat_encoding.tokenize(tokenizer, messages[-2]["content"])
+    if reply_ended_with_eos:
+        reply_ids.append(tokenizer.eos_token_id)
+    ids = chat_encoding.extend(tokenizer, [], reply_ids, messages)
+    return tokenizer.decode(ids[len(reply_ids):], skip_special_tokens=False)

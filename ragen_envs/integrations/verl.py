@@ -1,0 +1,72 @@
+"""verl: any registered env as a verl agent loop (``AgentLoopBase``), registered as ``"ragen_agent"``.
+
+In verl's config, ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` lists this class (or
+import this module so ``@register`` runs), and each dataset row sets ``agent_name: ragen_agent`` and
+names its episode in ``extra_info``: ``{"env_id": ..., "seed": ...}`` (``dataset_rows`` writes them).
+
+``run`` plays the episode through ``ChatEnv`` against verl's LLM server: each turn the server
+generates from the token prompt, the reply goes to the env, and the env's next message is appended
+in token space (``chat_encoding.extend``, the same rule as this project's runner), so
+``response_ids`` holds replies and env messages, ``response_mask`` 1 on reply tokens and 0 on env
+tokens, ``response_logprobs`` the server's log-probabilities (0.0 on env tokens) and
+``reward_score`` the episode's return. Generation stops at ``rollout.response_length`` tokens.
+
+Written against ``verl.experimental.agent_loop.agent_loop`` (verl 0.9); verl needs Ray and a GPU
+inference server, so the tests drive it through a faithful reading of that interface.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+from ragen_envs.agent import chat_encoding
+from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+from ragen_envs.integrations.common import seed_rows
+
+try:
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+except ImportError:  # pragma: no cover - depends on the installed packages
+    raise ImportError("ragen_envs.integrations.verl needs verl: pip install verl") from None
+
+
+@register("ragen_agent")
+class RagenAgentLoop(AgentLoopBase):
+    chat_config = ChatEnvConfig()  # turns, format and penalty; set a subclass's to change them
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        episode = dict(kwargs.get("extra_info") or {})
+        chat = ChatEnv(episode["env_id"], self.chat_config, **episode.get("env_kwargs", {}))
+        budget = int(self.rollout_config.response_length)
+        prompt_ids = chat_encoding.tokenize(self.tokenizer, chat_encoding.render(
+            self.tokenizer, chat.reset(seed=episode.get("seed")), add_generation_prompt=True))
+        ids, mask, logprobs = list(prompt_ids), [], []
+        try:
+            while not chat.done and len(mask) < budget:
+                output = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=ids,
+                                                            sampling_params=sampling_params)
+                reply_ids = list(output.token_ids)[:budget - len(mask)]
+                reply_logprobs = list(output.log_probs or [0.0] * len(reply_ids))[:len(reply_ids)]
+                chat.step(self.tokenizer.decode(reply_ids, skip_special_tokens=True))
+                ids += reply_ids
+                mask += [1] * len(reply_ids)
+                logprobs += reply_logprobs
+                if chat.done or len(mask) >= budget:
+                    break
+                env_ids = chat_encoding.extend(self.tokenizer, [], reply_ids, chat.messages)[len(reply_ids):]
+                env_ids = env_ids[:budget - len(mask)]
+                ids += env_ids
+                mask += [0] * len(env_ids)
+                logprobs += [0.0] * len(env_ids)
+        finally:
+            chat.close()
+        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=ids[len(prompt_ids):], response_mask=mask,
+                               response_logprobs=logprobs, reward_score=chat.episode_return,
+                               num_turns=len(chat.messages), metrics=AgentLoopMetrics(),
+                               extra_fields={"success": chat.success})
+
+
+def dataset_rows(env_id: str, n: int, start: int = 0, chat: ChatEnvConfig | None = None) -> list[dict]:
+    """verl dataset rows: ``prompt`` (the first chat prompt), ``agent_name`` and ``extra_info``."""
+    return [{"prompt": row["prompt"], "agent_name": "ragen_agent", "data_source": env_id,
+             "extra_info": {"env_id": env_id, "seed": row["seed"]}} for row in seed_rows(env_id, n, start, chat)]
