@@ -23,7 +23,7 @@ from pathlib import Path
 from ragen_envs import __version__, cli_args
 from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
-from ragen_envs.registry import ENVIRONMENTS, REMOTE_ID, markdown_table, missing_modules
+from ragen_envs.registry import CLIENTS, ENVIRONMENTS, markdown_table, missing_modules
 
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
 # out with vLLM, loading the new weights into it after each update).
@@ -33,11 +33,12 @@ ROLLOUT_POLICY_FIELDS = TRAIN_POLICY_FIELDS | {"backend"}
 
 def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
     """``--env ID`` or ``--env ID:GROUPS`` (repeatable) -> {id: groups}; ``groups`` where no count is given.
-    ``Ragen/Remote-v0`` (an env server's env, with ``--env-kwargs '{"url": ..., "env_id": ...}'``) too."""
+    The clients of envs run elsewhere too: ``Ragen/Remote-v0`` (an env server's, with ``--env-kwargs
+    '{"url": ..., "env_id": ...}'``) and ``Ragen/Ray-v0`` (a Ray actor pool's, ``'{"env_id": ...}'``)."""
     mix = {}
     for value in values:
         env_id, _, count = value.partition(":")
-        if env_id not in ENVIRONMENTS and env_id != REMOTE_ID:
+        if env_id not in ENVIRONMENTS and env_id not in CLIENTS:
             raise ValueError(f"unknown env {env_id!r}; `ragen list` shows the catalogue")
         if count and not (count.isdigit() and int(count) >= 1):
             raise ValueError(f"--env {value!r}: the group count after ':' must be a positive integer")

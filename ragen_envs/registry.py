@@ -97,14 +97,18 @@ def register(entry: EnvEntry) -> None:
         gymnasium.register(id=entry.id, entry_point=partial(_create, entry.id), kwargs=dict(entry.kwargs))
 
 
-#: The client of an env server (``ragen serve``; ``ragen_envs.remote``): registered with Gymnasium so
-#: that runs take it by id, but not in the catalogue, as it is no env of its own.
+#: Clients of envs that run elsewhere: an env server (``ragen serve``; ``ragen_envs.remote``) and a pool
+#: of Ray actors (``ragen_envs.ray_pool``). Registered with Gymnasium so that runs take them by id, but
+#: not in the catalogue, as they are no envs of their own.
 REMOTE_ID = "Ragen/Remote-v0"
+RAY_ID = "Ragen/Ray-v0"
+CLIENTS = {REMOTE_ID: "ragen_envs.remote:RemoteEnv", RAY_ID: "ragen_envs.ray_pool:RayEnv"}
 
 
-def register_remote() -> None:
-    if REMOTE_ID not in gymnasium.registry:
-        gymnasium.register(id=REMOTE_ID, entry_point="ragen_envs.remote:RemoteEnv")
+def register_clients() -> None:
+    for env_id, entry_point in CLIENTS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry_point)
 
 
 def markdown_table() -> str:
