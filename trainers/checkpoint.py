@@ -24,13 +24,14 @@ NAME = re.compile(r"checkpoint-(\d+)$")
 
 
 def save(output_dir: Path, iteration: int, model, tokenizer, tensors: dict, meta: dict,
-         keep: int | None = None) -> Path:
-    """Write ``checkpoint-<iteration>``; with ``keep``, then delete all but the newest ``keep``."""
+         keep: int | None = None, state_dict: dict | None = None) -> Path:
+    """Write ``checkpoint-<iteration>``; with ``keep``, then delete all but the newest ``keep``.
+    ``state_dict``: the weights to write (a sharded model's gathered ones; default: the model's)."""
     path = output_dir / f"checkpoint-{iteration}"
     tmp = output_dir / f".checkpoint-{iteration}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     torch.save(tensors, tmp / TENSORS_FILE)
     (tmp / STATE_FILE).write_text(json.dumps(meta, indent=2))

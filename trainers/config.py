@@ -69,6 +69,9 @@ class TrainerConfig:
     batch_adjust: Literal["copy", "delete"] = "copy"
     num_minibatches: int = 1  # optimizer steps per epoch when mini_batch_size is None
     micro_batch_size: int = 2  # sequences per forward/backward (gradient accumulation)
+    # under torchrun: "ddp" keeps a full copy of the model on every rank; "fsdp" shards weights, gradients
+    # and optimizer state over the ranks (PyTorch's FSDP2, fully_shard), for models larger than one device
+    data_parallel: Literal["ddp", "fsdp"] = "ddp"
     # "bf16": fp32 master weights with bf16 autocast; "no": fp32 throughout; "auto": bf16 on GPUs and on
     # CPUs with native bf16 (avx512_bf16 / amx), else fp32 (benchmarks/precision.py: without native bf16
     # a forward+backward ran 27x slower under bf16 autocast here)
@@ -140,6 +143,7 @@ class TrainerConfig:
                      "save_rollouts_steps", "filter_empty_stop"):
             check(name, getattr(self, name) >= 0, ">= 0")
         check("save_strategy", self.save_strategy in ("steps", "no"), "steps or no")
+        check("data_parallel", self.data_parallel in ("ddp", "fsdp"), "ddp or fsdp")
         check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
         for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):
             check(name, getattr(self, name) > 0, "> 0")

@@ -1,12 +1,15 @@
-"""Data-parallel helpers: process-group start-up under torchrun and small all-gathers.
+"""Data-parallel helpers: process-group start-up under torchrun, small all-gathers, and FSDP2.
 
 Each rank rolls out its own prompt groups (seeds offset by ``RANK_SEED_STRIDE``); the filter ranks the
 groups of all ranks together (``all_gather_rows``), and loss normalisers are summed (``all_reduce``).
+With ``data_parallel="fsdp"`` the model is sharded (``shard``), gathered whole for the phases that run
+a different number of forwards per rank (``gathered``), and saved and resumed as full tensors.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -59,3 +62,73 @@ def broadcast(value, world: int):
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def shard(root, model) -> None:
+    """FSDP2: each decoder layer of ``model``, then ``root`` (the module the update calls: the trainer's
+    scorer, holding the model), sharded over the ranks with ``fully_shard``; the optimizer built
+    afterwards holds only this rank's shard of every parameter and its state. The rest of the model
+    (embeddings, final norm, a tied output layer) is the root's unit, so the update's forward, which
+    calls the model's trunk and output layer apart, still gathers and reduces it."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise ValueError(f"data_parallel='fsdp' shards decoder layers (model.model.layers); "
+                         f"{type(model).__name__} has none: use data_parallel='ddp'")
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(root)
+
+
+@contextmanager
+def gathered(model, sharded: bool):
+    """With an FSDP2 model, its full weights on every rank for the block: rollouts, MI scoring and
+    no-grad passes run a different number of forwards on each rank, which must not each all-gather.
+    A no-op for an unsharded model."""
+    if not sharded:
+        yield
+        return
+    modules = [m for m in model.modules() if hasattr(m, "unshard") and hasattr(m, "set_reshard_after_forward")]
+    for m in modules:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.reshard()
+            m.set_reshard_after_forward(True, recurse=False)
+
+
+def _full(value):
+    """A DTensor's whole tensor (a collective: every rank calls it in the same order), on the CPU."""
+    from torch.distributed.tensor import DTensor
+
+    return value.full_tensor().cpu() if isinstance(value, DTensor) else value
+
+
+def full_state(model, optimizer, sharded: bool) -> tuple[dict | None, dict]:
+    """The full model weights (None: the model's own ``state_dict`` will do) and optimizer state, for a
+    checkpoint, in the unsharded optimizer's format. With FSDP2 every rank must call it: shards are
+    gathered."""
+    if not sharded:
+        return None, optimizer.state_dict()
+    weights = {name: _full(value) for name, value in model.state_dict().items()}
+    state = optimizer.state_dict()
+    state["state"] = {i: {k: _full(v) for k, v in entry.items()} for i, entry in sorted(state["state"].items())}
+    return weights, state
+
+
+def load_optimizer(optimizer, state: dict, sharded: bool) -> None:
+    """Optimizer state saved by ``full_state`` into this rank's optimizer (its shards, with FSDP2)."""
+    if sharded:
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        state = {**state, "state": {
+            i: {k: distribute_tensor(v.to(params[i].device), params[i].device_mesh, params[i].placements)
+                if isinstance(params[i], DTensor) and torch.is_tensor(v) and v.shape == params[i].shape else v
+                for k, v in entry.items()}
+            for i, entry in state["state"].items()}}
+    optimizer.load_state_dict(state)

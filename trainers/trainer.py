@@ -51,9 +51,10 @@ from ragen_envs.agent.rollout import check_envs
 from ragen_envs.agent.trajectory import save_jsonl, summarize
 from trainers import algorithms as alg
 from trainers import checkpoint, run_folder
-from trainers.batch import Batch, collate, trajectory_samples
+from trainers.batch import Batch, Sample, collate, trajectory_samples
 from trainers.config import TrainerConfig
-from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, init_distributed
+from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, full_state, gathered,
+                                  init_distributed, load_optimizer, shard)
 from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, group_scores, per_group, select
 from trainers.freeze import freeze_bottom
 from trainers.metrics import MetricsLogger, plot_run
@@ -127,7 +128,22 @@ class Trainer:
         self.scorer = TokenScorer(self.model, self.value_head, cfg.rollout.sampling.temperature,
                                   critic_trunk=self.critic_trunk, detach_value=not cfg.critic_backprop)
         self.train_scorer = self.scorer
-        if self.world > 1:
+        self.sharded = self.world > 1 and cfg.data_parallel == "fsdp"
+        self._resume_tensors = None
+        if self.sharded:
+            if gae:
+                raise ValueError("data_parallel='fsdp' trains the critic-free algorithms (grpo, dapo, drgrpo); "
+                                 "PPO's critic is not sharded: use data_parallel='ddp'")
+            if resume is not None:  # full weights go in before the model is cut into shards
+                self._resume_tensors = checkpoint.load(resume, self.model)
+            shard(self.scorer, self.model)  # the KL reference (above) stays a full copy on every rank
+            # FSDP2 sets itself up on its first forward, which must go through the root (the scorer):
+            # one tiny no-grad pass, the same on every rank.
+            with torch.no_grad():
+                warm = collate([Sample([tokenizer.eos_token_id] * 2, [0, 1], 0, 0, 0.0, True)], tokenizer.pad_token_id)
+                self._token_outputs(self.scorer, warm)
+            self.scorer.reshard()  # the root stays gathered after a forward; the optimizer must get its shards
+        elif self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -200,17 +216,18 @@ class Trainer:
                 if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
                     self._bar.print(self.logger.table_row(metrics))
                 self._phase("done" if self.iteration == cfg.num_iterations else "next")
-                if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
-                    self.save_checkpoint()
+            if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
+                self.save_checkpoint()  # on every rank: a sharded model is gathered first; rank 0 writes
+            if self.logger is not None:
                 if stop:
                     print(f"stopping early: the filter kept nothing for {self.empty_filter_streak} iterations in a "
                           f"row (filter_empty_stop={cfg.filter_empty_stop}; RAGEN's rollout_filter_empty_stop_steps)",
                           flush=True)
             if stop:
                 break
+        if saving and (not cfg.save_steps or self.iteration % cfg.save_steps):
+            self.save_checkpoint()
         if self.rank == 0:
-            if saving and (not cfg.save_steps or self.iteration % cfg.save_steps):
-                self.save_checkpoint()
             self.plot_path = plot_run(self.output_dir)
         return history
 
@@ -223,8 +240,9 @@ class Trainer:
         start = time.perf_counter()
         self.model.eval()
         max_turns = cfg.rollout.chat.max_turns
-        trajectories = self.runner.collect(
-            progress=lambda turn, active: self._phase(f"rollout turn {turn + 1}/{max_turns}", episodes=active))
+        with gathered(self.scorer, self.sharded):
+            trajectories = self.runner.collect(
+                progress=lambda turn, active: self._phase(f"rollout turn {turn + 1}/{max_turns}", episodes=active))
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items() if k != "episodes"}
         metrics["time/rollout_s"] = time.perf_counter() - start
         chance = random_success(trajectories, cfg.rollout.chat, cfg.rollout.seed + self.iteration)
@@ -235,7 +253,8 @@ class Trainer:
         if self.mi_due():
             self._phase("MI scoring")
             mi_start = time.perf_counter()
-            metrics.update(self.mi_diagnostics(trajectories))
+            with gathered(self.scorer, self.sharded):
+                metrics.update(self.mi_diagnostics(trajectories))
             metrics["time/mi_s"] = time.perf_counter() - mi_start
 
         samples = [s for i, t in enumerate(trajectories) for s in trajectory_samples(t, i)]
@@ -248,7 +267,8 @@ class Trainer:
         sampler_entropy = bool(turns) and all(turn.entropies is not None for turn in turns)
         stats_start = time.perf_counter()
         if cfg.filter_metric not in REWARD_METRICS + ("length",) or not sampler_entropy:
-            stats = [self._old_stats(b) for b in batches]
+            with gathered(self.scorer, self.sharded):
+                stats = [self._old_stats(b) for b in batches]
         metrics["time/stats_s"] = time.perf_counter() - stats_start
         if sampler_entropy:
             count = sum(len(turn.entropies) for turn in turns)
@@ -282,8 +302,9 @@ class Trainer:
         if len(kept_global):
             if self._needs_old_pass(len(chosen)):  # only the micro-batches that hold kept samples
                 stats_start = time.perf_counter()
-                for j in sorted({i // mb for i in chosen}):
-                    stats[j] = stats[j] or self._old_stats(batches[j])
+                with gathered(self.scorer, self.sharded):
+                    for j in sorted({i // mb for i in chosen}):
+                        stats[j] = stats[j] or self._old_stats(batches[j])
                 metrics["time/stats_s"] += time.perf_counter() - stats_start
             self._phase("update")
             update_start = time.perf_counter()
@@ -578,10 +599,11 @@ class Trainer:
     def save_checkpoint(self) -> Path | None:
         """Write ``checkpoint-<iteration>`` in the output folder (rank 0 only), keeping the newest
         ``save_total_limit``."""
+        weights, optimizer_state = full_state(self.model, self.optimizer, self.sharded)  # every rank gathers
         if self.rank != 0:
             return None
         # The reference model is the initial model, rebuilt from it on resume: not saved again.
-        tensors = {"optimizer": self.optimizer.state_dict(),
+        tensors = {"optimizer": optimizer_state,
                    "value_head": None if self.value_head is None else self.value_head.state_dict(),
                    "critic": None if self.critic_trunk is None else self.critic_trunk.state_dict()}
         meta = {"iteration": self.iteration, "calls": self.runner.calls,
@@ -589,15 +611,15 @@ class Trainer:
                 "model": self.model_name, "config": asdict(self.config)}
         with progress.step(f"writing checkpoint-{self.iteration}") as note:
             path = checkpoint.save(self.output_dir, self.iteration, self.model, self.tokenizer, tensors, meta,
-                                   keep=self.config.save_total_limit)
+                                   keep=self.config.save_total_limit, state_dict=weights)
             note.append(f"{checkpoint.size_bytes(path) / 1e6:.0f} MB")
         return path
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         """Continue from a checkpoint ``checkpoint.validate`` has accepted."""
-        tensors = checkpoint.load(path, self.model)
+        tensors = self._resume_tensors if self.sharded else checkpoint.load(path, self.model)
         try:
-            self.optimizer.load_state_dict(tensors["optimizer"])
+            load_optimizer(self.optimizer, tensors["optimizer"], self.sharded)
             if self.value_head is not None:
                 self.value_head.load_state_dict(tensors["value_head"])
             if self.critic_trunk is not None:
