@@ -15,7 +15,9 @@ run this script with that venv's python, LD_PRELOAD set as in the Makefile).
 Then, with an env whose every step takes 50-200 ms (``--env-delay-ms``; as a sandboxed program or a
 remote retriever would), the synchronous grouped runner (env steps on P x G threads, but each turn
 waits for its slowest env) against ``AsyncRolloutRunner`` (each episode on its own): episodes/s, and
-the time the model sat waiting (wall time minus time spent generating).
+the time the model sat waiting (wall time minus time spent generating). These rows use the
+warm-started model on FrozenLakeCoord (``make demo``'s; ``--model`` overrides it): the untrained
+model's replies seldom hold a valid action, and a reply without one never reaches the env.
 
     python benchmarks/rollout_throughput.py [--groups 2 --group-size 4 --max-turns 2 --max-new-tokens 32]
 """
@@ -33,6 +35,7 @@ import numpy as np
 from ragen_envs.agent import ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.async_rollout import AsyncRolloutRunner
+from ragen_envs.agent.backends.base import Generation, Policy
 from ragen_envs.registry import ENVIRONMENTS
 
 
@@ -119,13 +122,40 @@ class TimedPolicy:
             self.busy += time.perf_counter() - start
 
 
+class InstantMoves(Policy):
+    """Replies at once with two valid moves (random, seeded by the prompt): the env-bound limit, where
+    generation costs nothing and all time is env time."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.max_context = tokenizer, 8192
+
+    def generate(self, prompts, sampling):
+        out = []
+        for prompt in prompts:
+            ids = self.prompt_ids(prompt)
+            moves = np.random.default_rng(len(ids)).choice(["Up", "Down", "Left", "Right"], 2)
+            text = f"<think>go</think><answer>{moves[0]} || {moves[1]}</answer>"
+            tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            out.append(Generation(text, ids, tokens, [-1.0] * len(tokens), "stop"))
+        return out
+
+    def score(self, prompt_ids, continuations):
+        raise NotImplementedError
+
+
 def slow_env_rows(env_id: str, policy, config: RolloutConfig, low_ms: float, high_ms: float) -> None:
-    """Synchronous against asynchronous rollouts with slow env steps."""
+    """Synchronous against asynchronous rollouts with slow env steps, with the model and with
+    instant replies."""
     slow = replace(config, env_kwargs={"env_id": env_id, "low_ms": low_ms, "high_ms": high_ms},
                    env_workers=config.n_groups * config.group_size)
     print(f"\nenv steps taking {low_ms:g}-{high_ms:g} ms: synchronous grouped runner against the asynchronous one")
-    print(f"{'run':30s} {'episodes':>8s} {'turns':>6s} {'seconds':>8s} {'episodes/s':>11s} {'generating s':>13s} "
-          f"{'waiting s':>10s} {'vs sync':>8s}")
+    print(f"{'run':40s} {'episodes':>8s} {'turns':>6s} {'tokens':>7s} {'seconds':>8s} {'episodes/s':>11s} "
+          f"{'generating s':>13s} {'waiting s':>10s} {'vs sync':>8s}")
+    for label, replies in (("model", policy), ("instant replies", InstantMoves(policy.tokenizer))):
+        runs(label, replies, slow)
+
+
+def runs(label: str, policy, slow: RolloutConfig) -> None:
     results = []
     for name, runner_class in (("synchronous, threaded envs", RolloutRunner), ("asynchronous", AsyncRolloutRunner)):
         timed = TimedPolicy(policy)
@@ -133,8 +163,10 @@ def slow_env_rows(env_id: str, policy, config: RolloutConfig, low_ms: float, hig
         trajectories = runner_class(SLOW_ID, timed, slow).collect()
         seconds = time.perf_counter() - start
         turns = sum(t.num_turns for t in trajectories)
+        tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
         results.append(len(trajectories) / seconds)
-        print(f"{name:30s} {len(trajectories):8d} {turns:6d} {seconds:8.1f} {results[-1]:11.3f} {timed.busy:13.1f} "
+        print(f"{label + ', ' + name:40s} {len(trajectories):8d} {turns:6d} {tokens:7d} {seconds:8.1f} "
+              f"{results[-1]:11.3f} {timed.busy:13.1f} "
               f"{seconds - timed.busy:10.1f} {results[-1] / results[0]:7.2f}x", flush=True)
 
 
@@ -176,7 +208,10 @@ def main() -> None:
     if args.only != "async":
         token_rows(args, policy, config)
     if args.only != "tokens":
-        slow_env_rows(args.env, policy, config, *args.env_delay_ms)
+        import findings
+
+        warm = TransformersPolicy(findings.warm_model(args)) if args.model is None else policy
+        slow_env_rows(findings.WARM_ENV if args.model is None else args.env, warm, config, *args.env_delay_ms)
 
 
 def token_rows(args, policy, config: RolloutConfig) -> None:

@@ -81,12 +81,21 @@ def test_a_deterministic_policy_gives_the_synchronous_runners_trajectories(token
 
 def test_episodes_generate_while_others_wait_on_their_envs(tokenizer):
     policy = PromptKeyed(tokenizer, stepping=SlowSteps.stepping)
-    run = AsyncRolloutRunner("Test/SlowFrozenLake-v0", policy, CONFIG)
+    run = AsyncRolloutRunner("Test/SlowFrozenLake-v0", policy, CONFIG, batch_wait_s=0.0)
     trajectories = run.collect()
     assert records(trajectories) == records(RolloutRunner("Test/SlowFrozenLake-v0", PromptKeyed(tokenizer),
                                                           CONFIG).collect())
     assert policy.overlapped > 0  # some generation ran while an env step was in progress
     assert run.stats["generate_calls"] == len(policy.batch_sizes) and run.stats["wall_s"] > 0
+
+
+def test_a_short_wait_keeps_a_turn_in_one_batch(tokenizer):
+    # Env steps of 20 ms and a wait of up to 2 s: every batch holds all live episodes, as in the
+    # synchronous runner, instead of whoever was first back from its env.
+    policy, sync = PromptKeyed(tokenizer), PromptKeyed(tokenizer)
+    AsyncRolloutRunner("Test/SlowFrozenLake-v0", policy, CONFIG, batch_wait_s=2.0).collect()
+    RolloutRunner("Test/SlowFrozenLake-v0", sync, CONFIG).collect()
+    assert policy.batch_sizes == sync.batch_sizes
 
 
 def test_requests_made_together_are_batched(tokenizer):

@@ -27,6 +27,8 @@ filter ranks all ranks' groups together, each rank updates on its own kept group
 summed across ranks with the loss normalisers of the whole batch, so N ranks x P groups train like one
 process with N x P groups (except PPO's advantage whitening, which stays per rank). Rank 0 logs its
 own rollout metrics and the global filter statistics, and writes the checkpoints.
+``data_parallel="fsdp"`` shards the model instead (FSDP2, ``trainers/distributed.py``): the same
+update, with each rank holding a shard of weights, gradients and optimizer state.
 """
 
 from __future__ import annotations
