@@ -3,14 +3,16 @@ at 1, 64 and 512 concurrent sessions; errors and lost steps must be 0.
 
 The server runs in its own process (as in use); the load comes from one asyncio client with as many
 connections as sessions. Each session opens, resets with its own seed, plays ``--steps`` actions
-(the env's oracle moves, read from the server, mixed with an invalid one), checks with the server
-that every step was counted, and closes. Each level is bounded: ``--sessions-per-level`` sessions
+(the env's valid actions in turn, one invalid action among them; ``--oracle`` asks the server for
+the oracle's move before each step instead, which for Sokoban runs its solver), checks with the
+server that every step was counted, and closes. Each level is bounded: ``--sessions-per-level`` sessions
 at most (default: 2 x the concurrency) and ``--level-timeout`` seconds.
 
     python benchmarks/env_server_load.py [--env Ragen/Sokoban-v0 --levels 1 64 512 --steps 10]
 
 The table is a measurement of this machine; the test suite asserts no time (tests/test_server.py
-runs the same clients for correctness).
+runs the same clients for correctness). "server CPU s" is the server process's CPU time during the
+level: with client and server on the same cores, it tells how much of the wall time the server used.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -32,13 +35,23 @@ from ragen_envs.registry import ENVIRONMENTS
 RESULTS = Path(__file__).parent / "results"
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux), to tell the server's share of the load."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-async def one_session(client: httpx.AsyncClient, seed: int, steps: int, latencies: list, counts: dict) -> None:
+async def one_session(client: httpx.AsyncClient, seed: int, steps: int, latencies: list, counts: dict,
+                      oracle: bool) -> None:
     async def call(method, path, body=None):
         start = time.perf_counter()
         try:
@@ -58,14 +71,17 @@ async def one_session(client: httpx.AsyncClient, seed: int, steps: int, latencie
     if opened is None:
         return
     sid = opened["session_id"]
+    actions = opened["valid_actions"] or ["1"]
     if await call("POST", f"/v1/sessions/{sid}/reset", {"seed": seed}) is not None:
         sent = 0
         for k in range(steps):
             if k == 1:
                 action = "not an action"
+            elif oracle:
+                move = await call("POST", f"/v1/sessions/{sid}/call/oracle_action", {"args": []})
+                action = (move or {}).get("result") or actions[0]
             else:
-                oracle = await call("POST", f"/v1/sessions/{sid}/call/oracle_action", {"args": []})
-                action = (oracle or {}).get("result") or "Up"
+                action = actions[(seed + k) % len(actions)]
             sent += 1
             if await call("POST", f"/v1/sessions/{sid}/step", {"action": action}) is not None:
                 counts["steps"] += 1
@@ -76,7 +92,7 @@ async def one_session(client: httpx.AsyncClient, seed: int, steps: int, latencie
     counts["sessions"] += 1
 
 
-async def level(url: str, concurrency: int, sessions: int, steps: int, timeout: float) -> dict:
+async def level(url: str, concurrency: int, sessions: int, steps: int, timeout: float, oracle: bool) -> dict:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     latencies: list[float] = []
     counts = {"sessions": 0, "steps": 0, "errors": 0, "lost": 0}
@@ -84,7 +100,7 @@ async def level(url: str, concurrency: int, sessions: int, steps: int, timeout: 
 
     async def guarded(seed):
         async with gate:
-            await one_session(client, seed, steps, latencies, counts)
+            await one_session(client, seed, steps, latencies, counts, oracle)
 
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
         start = time.perf_counter()
@@ -109,6 +125,7 @@ def main() -> None:
     parser.add_argument("--sessions-per-level", type=int, default=None, help="default: 2 x the concurrency (>= 20)")
     parser.add_argument("--level-timeout", type=float, default=300.0)
     parser.add_argument("--workers", type=int, default=32, help="the server's env threads")
+    parser.add_argument("--oracle", action="store_true", help="ask for the oracle's move before each step")
     args = parser.parse_args()
 
     port = free_port()
@@ -125,18 +142,21 @@ def main() -> None:
                 time.sleep(0.1)
         else:
             raise SystemExit("the server did not start")
-        print(f"{args.env} on {url}: {args.steps} steps per session (each step also asks the oracle: "
-              f"{2 * args.steps + 4} requests per session)")
+        per_session = (2 if args.oracle else 1) * args.steps + 4
+        asked = " (each after asking the oracle)" if args.oracle else ""
+        print(f"{args.env} on {url}: {args.steps} steps per session{asked}, {per_session} requests per session")
         print(f"{'sessions':>8s} {'done':>6s} {'seconds':>8s} {'sessions/s':>11s} {'steps/s':>8s} {'p50 ms':>7s} "
-              f"{'p99 ms':>7s} {'errors':>6s} {'lost':>5s}")
+              f"{'p99 ms':>7s} {'errors':>6s} {'lost':>5s} {'server CPU s':>13s}")
         rows = []
         for concurrency in args.levels:
             sessions = args.sessions_per_level or max(20, 2 * concurrency)
-            r = asyncio.run(level(url, concurrency, sessions, args.steps, args.level_timeout))
+            before = cpu_seconds(server.pid)
+            r = asyncio.run(level(url, concurrency, sessions, args.steps, args.level_timeout, args.oracle))
+            r["server_cpu_s"] = cpu_seconds(server.pid) - before
             rows.append(r)
             print(f"{concurrency:8d} {r['sessions']:6d} {r['seconds']:8.1f} {r['sessions_per_s']:11.1f} "
                   f"{r['steps_per_s']:8.1f} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['errors']:6d} "
-                  f"{r['lost_steps']:5d}", flush=True)
+                  f"{r['lost_steps']:5d} {r['server_cpu_s']:13.1f}", flush=True)
             for example in r["error_examples"]:
                 print(f"  error: {example}")
         health = httpx.get(f"{url}/health").json()

@@ -426,5 +426,7 @@ def serve(config: ServerConfig) -> None:
           f"sessions{', token required' if config.token else ''}); Ctrl-C stops")
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.token:
         print(f"warning: serving on {config.host} without a token: anyone who reaches it can run envs")
+    # Keep-alive past uvicorn's 5 s: under load a client's pooled connection can sit idle longer than
+    # that between two requests, and a connection closed under it fails the next request.
     uvicorn.run(create_app(config), host=config.host, port=config.port, ws_max_size=config.max_request_bytes,
-                log_level="warning")
+                timeout_keep_alive=75, backlog=4096, log_level="warning")
