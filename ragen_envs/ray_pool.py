@@ -20,13 +20,14 @@ from typing import Any
 
 import gymnasium as gym
 
+from ragen_envs.client import CALLS, EnvClient
+
 try:
     import ray
 except ImportError:  # pragma: no cover - depends on the installed extras
     raise ImportError("RayEnv needs the 'ray' extra: pip install 'ragen-envs[ray]'") from None
 
 NAMESPACE = "ragen_envs"
-CALLS = ("parse_action", "oracle_action", "oracle_reasoning", "render")
 
 
 @ray.remote
@@ -82,7 +83,7 @@ def pool_actors(n: int, pool: str = "ragen-envs", cpus: float = 1.0) -> list:
             for k in range(n)]
 
 
-class RayEnv(gym.Env):
+class RayEnv(EnvClient):
     """One session of ``env_id`` on the least-loaded actor of the pool (see the module docstring).
 
     Args:
@@ -106,11 +107,7 @@ class RayEnv(gym.Env):
         kwargs = dict(env_kwargs, **({"render_mode": render_mode} if render_mode else {}))
         self.session_id, surface = self._get(self._actor.open.remote(env_id, kwargs))
         self.env_id = env_id
-        self.instructions: str = surface["instructions"]
-        self.valid_actions: list[str] | None = surface["valid_actions"]
-        self.max_steps: int = surface["max_steps"]
-        self.observation_space, self.action_space = surface["observation_space"], surface["action_space"]
-        self.metadata, self.render_mode = surface["metadata"], surface["render_mode"]
+        self._take_surface(surface)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -119,18 +116,6 @@ class RayEnv(gym.Env):
 
     def step(self, action):
         return self._get(self._actor.step.remote(self.session_id, action))
-
-    def render(self):
-        return self._call("render")
-
-    def parse_action(self, text: str):
-        return self._call("parse_action", text)
-
-    def oracle_action(self) -> str | None:
-        return self._call("oracle_action")
-
-    def oracle_reasoning(self) -> str | None:
-        return self._call("oracle_reasoning")
 
     def close(self):
         if self.session_id is not None:

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-
 from ragen_envs import wire
+from ragen_envs.client import EnvClient
 
 
 class RemoteEnvError(RuntimeError):
@@ -29,7 +28,7 @@ class RemoteEnvError(RuntimeError):
         self.status, self.code = status, code
 
 
-class RemoteEnv(gym.Env):
+class RemoteEnv(EnvClient):
     """One session of an env server.
 
     Args:
@@ -56,15 +55,10 @@ class RemoteEnv(gym.Env):
         self._client = client
         self.session_id: str | None = None
         info = self._post("/v1/sessions", {"env_id": env_id, "render_mode": render_mode})
-        self.session_id = info["session_id"]
-        self.env_id = info["env_id"]
-        self.instructions: str = info["instructions"]
-        self.valid_actions: list[str] | None = info["valid_actions"]
-        self.max_steps: int = info["max_steps"]
-        self.observation_space = wire.space_from_json(info["observation_space"])
-        self.action_space = wire.space_from_json(info["action_space"])
-        self.metadata = wire.decode(info["metadata"])
-        self.render_mode = info["render_mode"]
+        self.session_id, self.env_id = info["session_id"], info["env_id"]
+        self._take_surface({**info, "observation_space": wire.space_from_json(info["observation_space"]),
+                            "action_space": wire.space_from_json(info["action_space"]),
+                            "metadata": wire.decode(info["metadata"])})
 
     # -- the Gymnasium API ---------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -78,9 +72,6 @@ class RemoteEnv(gym.Env):
         return (wire.decode(reply["observation"]), reply["reward"], reply["terminated"], reply["truncated"],
                 wire.decode(reply["info"]))
 
-    def render(self):
-        return self._call("render")
-
     def close(self):
         if self.session_id is not None:
             try:
@@ -91,16 +82,6 @@ class RemoteEnv(gym.Env):
         if self._owns_client:
             self._client.close()
         super().close()
-
-    # -- the env contract ----------------------------------------------------------------------------
-    def parse_action(self, text: str):
-        return self._call("parse_action", text)
-
-    def oracle_action(self) -> str | None:
-        return self._call("oracle_action")
-
-    def oracle_reasoning(self) -> str | None:
-        return self._call("oracle_reasoning")
 
     # -- the wire ------------------------------------------------------------------------------------
     def _path(self, what: str) -> str:

@@ -39,6 +39,7 @@ from typing import Any
 import gymnasium as gym
 
 from ragen_envs import wire
+from ragen_envs.client import CALLS
 from ragen_envs.server.config import ServerConfig
 
 try:
@@ -50,8 +51,6 @@ try:
     from pydantic import BaseModel, ConfigDict, Field, StrictStr
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"the env server needs the 'server' extra: pip install 'ragen-envs[server]' ({error})") from None
-
-CALLS = ("parse_action", "oracle_action", "oracle_reasoning", "render")  # env methods a client may call
 
 
 class ServeError(Exception):
