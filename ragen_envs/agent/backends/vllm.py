@@ -56,7 +56,13 @@ class VLLMPolicy(Policy):
         llm_kwargs.setdefault("dtype", "bfloat16" if _has_cuda() else "float32")
         llm_kwargs.setdefault("enable_prefix_caching", True)
         llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        import torch
+
+        threads = torch.get_num_threads()
         self.llm = LLM(model=path, max_model_len=max_model_len, **llm_kwargs)
+        # vLLM's CPU worker lowers torch's thread count for the whole process (to 1 of 2 cores here);
+        # a trainer in the same process needs them back for its own passes.
+        torch.set_num_threads(threads)
         self.tokenizer = self.llm.get_tokenizer()
         self.max_context = max_model_len
 
