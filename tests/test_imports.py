@@ -49,16 +49,18 @@ def test_import_and_make_load_no_torch():
               "    kwargs = {'sandbox': 'rlimit'} if env_id == 'Ragen/DeepCoder-v0' else {}\n"
               "    env = gym.make(env_id, **kwargs); env.reset(seed=0); env.step('x')\n"
               "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-              "('torch', 'transformers', 'trainers') or m.startswith('ragen_envs.agent'))))")
+              "('torch', 'transformers', 'trainers', 'fastapi', 'uvicorn', 'httpx', 'ray') "
+              "or m.startswith('ragen_envs.agent'))))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
                                        text=True).stdout)
     assert loaded == []
 
 
 def test_the_cli_parses_and_lists_without_torch():
-    # `ragen list` and building every command's flags stay light; only running a model loads torch.
+    # `ragen list` and building every command's flags stay light; only running a model loads torch,
+    # and only running the server loads its web stack.
     script = ("import json, sys; from ragen_envs.cli import main, parse; main(['list']);"
-              "[parse([c, '--env', 'Ragen/Sokoban-v0']) for c in ('eval', 'train')];"
-              "print(json.dumps('torch' in sys.modules))")
+              "[parse([c, '--env', 'Ragen/Sokoban-v0']) for c in ('eval', 'train', 'serve')];"
+              "print(json.dumps(any(m in sys.modules for m in ('torch', 'fastapi', 'uvicorn'))))")
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout
     assert out.splitlines()[-1] == "false"
