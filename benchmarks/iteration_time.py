@@ -8,7 +8,7 @@ the warm-started model (``make demo``'s, built on first use) on the same episode
 - now, frozen bottom: the same with ``freeze_layers`` bottom layers and the embeddings frozen (an
   option for CPU runs; it changes what is trained, not how the rest is computed);
 - now, vLLM rollouts (where vLLM is installed): rollouts on vLLM, the update with transformers, the new
-  weights loaded into vLLM after it.
+  weights loaded into vLLM after it; and the same with the bottom layers frozen (``--rows vllm-frozen``).
 Each row prints seconds per phase and the iteration time against the first row run ("before" by
 default). What each iteration computes is the same in the first two rows (``tests/test_backends.py``
 and ``tests/test_trainer.py`` check that kept caches and skipped passes give the same tokens, log-probs and weights).
@@ -28,7 +28,7 @@ from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.registry import ENVIRONMENTS
 
 PHASES = ("rollout", "mi", "stats", "filter", "update", "sync")  # sync: new weights into vLLM
-ROWS = ("before", "now", "frozen", "vllm")
+ROWS = ("before", "now", "frozen", "vllm", "vllm-frozen")
 
 
 def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool = False) -> dict:
@@ -88,9 +88,10 @@ def main() -> None:
     rows = []
     runs = {"before": ("before", True, 0, False), "now": ("now", False, 0, False),
             "frozen": (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers, False),
-            "vllm": ("now, vLLM rollouts", False, 0, True)}
-    if "vllm" in args.rows and importlib.util.find_spec("vllm") is None:
-        args.rows.remove("vllm")
+            "vllm": ("now, vLLM rollouts", False, 0, True),
+            "vllm-frozen": (f"vLLM rollouts, bottom {args.freeze_layers} frozen", False, args.freeze_layers, True)}
+    if importlib.util.find_spec("vllm") is None and {"vllm", "vllm-frozen"} & set(args.rows):
+        args.rows = [r for r in args.rows if not r.startswith("vllm")]
         print("(vLLM not installed: no vLLM-rollout row; `make .venv-vllm/.vllm-installed` builds a venv with it)")
     runs = [runs[name] for name in args.rows]
     for name, before, frozen, vllm in runs:
