@@ -8,10 +8,11 @@ import pytest  # noqa: E402
 
 from ragen_envs.agent.backends.base import Policy  # noqa: E402
 from ragen_envs.grid import GridEnv  # noqa: E402
-from ragen_envs.registry import ENVIRONMENTS, load_class  # noqa: E402
+from ragen_envs.registry import ENVIRONMENTS, load_class, missing_modules  # noqa: E402
 
 # The grid games themselves (presets only change their arguments): the grid suite's envs.
-GRID_IDS = [e.id for e in ENVIRONMENTS.values() if not e.kwargs and issubclass(load_class(e), GridEnv)]
+GRID_IDS = [e.id for e in ENVIRONMENTS.values()
+            if not e.kwargs and not missing_modules(e) and issubclass(load_class(e), GridEnv)]
 
 # DeepCoder runs code only in bubblewrap (`make test` installs it where apt-get runs as root).
 from ragen_envs.deepcoder.sandbox import bubblewrap_problem  # noqa: E402
