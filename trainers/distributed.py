@@ -108,13 +108,20 @@ def _full(value):
     return value.full_tensor().cpu() if isinstance(value, DTensor) else value
 
 
+def full_weights(model, sharded: bool) -> dict:
+    """The model's whole weights (for a checkpoint or another engine); with FSDP2 every rank must call it."""
+    if not sharded:
+        return model.state_dict()
+    return {name: _full(value) for name, value in model.state_dict().items()}
+
+
 def full_state(model, optimizer, sharded: bool) -> tuple[dict | None, dict]:
     """The full model weights (None: the model's own ``state_dict`` will do) and optimizer state, for a
     checkpoint, in the unsharded optimizer's format. With FSDP2 every rank must call it: shards are
     gathered."""
     if not sharded:
         return None, optimizer.state_dict()
-    weights = {name: _full(value) for name, value in model.state_dict().items()}
+    weights = full_weights(model, sharded)
     state = optimizer.state_dict()
     state["state"] = {i: {k: _full(v) for k, v in entry.items()} for i, entry in sorted(state["state"].items())}
     return weights, state

@@ -55,8 +55,8 @@ from trainers import algorithms as alg
 from trainers import checkpoint, run_folder
 from trainers.batch import Batch, Sample, collate, trajectory_samples
 from trainers.config import TrainerConfig
-from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, full_state, gathered,
-                                  init_distributed, load_optimizer, shard)
+from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, full_state, full_weights,
+                                  gathered, init_distributed, load_optimizer, shard)
 from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, group_scores, per_group, select
 from trainers.freeze import freeze_bottom
 from trainers.metrics import MetricsLogger, plot_run
@@ -314,7 +314,7 @@ class Trainer:
             metrics["time/update_s"] = time.perf_counter() - update_start
             if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
                 sync_start = time.perf_counter()
-                self.rollout_policy.load_weights(self.model.state_dict())
+                self.rollout_policy.load_weights(full_weights(self.model, self.sharded))
                 metrics["time/sync_s"] = time.perf_counter() - sync_start
         metrics["time/iteration_s"] = time.perf_counter() - start
         if "time/mi_s" in metrics:
