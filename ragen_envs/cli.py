@@ -85,12 +85,13 @@ def cmd_list(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from ragen_envs.agent import RolloutRunner, progress, save_jsonl
+    from ragen_envs.agent import progress, save_jsonl
+    from ragen_envs.agent.rollout import make_runner
     from ragen_envs.agent.rollout import check_envs
 
     config = cli_args.build(RolloutConfig, args)
     mix = check_envs(parse_env_flags(args.env, config.n_groups), config)
-    runner = RolloutRunner(mix, cli_args.build(PolicyConfig, args).make(), config)
+    runner = make_runner(mix, cli_args.build(PolicyConfig, args).make(), config)
     bar = progress.bar(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
     bar(config.chat.max_turns, active=0)

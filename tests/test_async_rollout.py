@@ -4,6 +4,7 @@ that generate while others wait on their envs, and many requests in flight to an
 import threading
 import time
 import zlib
+from dataclasses import replace
 
 import gymnasium as gym
 import pytest
@@ -149,3 +150,23 @@ def test_collect_inside_an_event_loop_says_to_await(tokenizer):
         return await run.acollect()
 
     assert len(asyncio.run(inside())) == 6
+
+
+def test_the_trainer_and_eval_roll_out_asynchronously_when_asked(tokenizer, tmp_path):
+    import torch
+
+    from ragen_envs.cli import parse
+    from tests.test_trainer import config, make_model
+    from trainers import Trainer
+
+    weights = []
+    for asynchronous in (False, True):
+        cfg = config(tmp_path / str(asynchronous))
+        cfg = replace(cfg, rollout=replace(cfg.rollout, asynchronous=asynchronous))
+        trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+                          rollout_policy=PromptKeyed(tokenizer))
+        assert isinstance(trainer.runner, AsyncRolloutRunner) == asynchronous
+        trainer.train()
+        weights.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # the same rollouts, the same step
+    assert parse(["eval", "--env", "Ragen/FrozenLake-v0", "--asynchronous"]).asynchronous is True

@@ -4,7 +4,8 @@
     Trainer(None, "Ragen/FrozenLake-v0", TrainerConfig(algorithm="grpo", filter="top_p")).train()
 
 One iteration, top to bottom (``Trainer.iteration``):
-1. Roll out P prompt groups x G samples with the current policy (``RolloutRunner``).
+1. Roll out P prompt groups x G samples with the current policy (``RolloutRunner``, or
+   ``AsyncRolloutRunner`` with ``rollout.asynchronous``).
 2. Every ``mi_every`` iterations, before filtering: the MI proxies (first-turn and trajectory scope).
    Then one no-grad pass over all sequences: old log-probs, token entropy, reference log-probs (KL)
    and values (PPO).
@@ -45,11 +46,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ragen_envs.agent import RolloutRunner, progress
+from ragen_envs.agent import progress
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.default_model import load_model
-from ragen_envs.agent.rollout import check_envs
+from ragen_envs.agent.rollout import check_envs, make_runner
 from ragen_envs.agent.trajectory import save_jsonl, summarize
 from trainers import algorithms as alg
 from trainers import checkpoint, run_folder
@@ -113,8 +114,8 @@ class Trainer:
             rollout_policy = rollout_policy()
         self.rollout_policy = rollout_policy or self.policy
         # Each rank rolls out its own groups.
-        self.runner = RolloutRunner(mix, self.rollout_policy,
-                                    replace(cfg.rollout, seed=cfg.rollout.seed + self.rank * RANK_SEED_STRIDE))
+        self.runner = make_runner(mix, self.rollout_policy,
+                                  replace(cfg.rollout, seed=cfg.rollout.seed + self.rank * RANK_SEED_STRIDE))
         hidden = self.model.config.hidden_size
         gae = cfg.advantage == "gae"
         self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if gae else None

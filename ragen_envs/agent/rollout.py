@@ -41,6 +41,8 @@ class RolloutConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # temperature, top-p, tokens per turn
     max_prompt_tokens: int | None = None  # default: the model's context minus max_new_tokens
     env_workers: int = 1  # threads stepping envs (1: in the calling thread)
+    # each episode advances on its own (AsyncRolloutRunner): generation overlaps slow env steps
+    asynchronous: bool = False
     seed: int = 0  # first env seed (later batches continue from it); sampling and shuffling derive from it
     # JSON keyword arguments for gym.make: {"slip": 0.2} for a single env, {"ENV_ID": {...}, ...} for a mix
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -53,6 +55,15 @@ class RolloutConfig:
             raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {self.max_prompt_tokens}")
         if not isinstance(self.env_kwargs, dict):
             raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
+
+
+def make_runner(envs: str | dict[str, int], policy: Policy, config: RolloutConfig | None = None) -> "RolloutRunner":
+    """The runner ``config`` asks for: ``RolloutRunner``, or ``AsyncRolloutRunner`` with ``asynchronous``."""
+    if config is not None and config.asynchronous:
+        from ragen_envs.agent.async_rollout import AsyncRolloutRunner
+
+        return AsyncRolloutRunner(envs, policy, config)
+    return RolloutRunner(envs, policy, config)
 
 
 def env_mix(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, int]:
