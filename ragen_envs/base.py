@@ -177,6 +177,11 @@ class TextEnv(LLMEnv):
         return None
 
 
+def observation_text(obs) -> str:
+    """The text of an observation: the observation itself, or its "text" part (grid envs with images)."""
+    return obs["text"] if isinstance(obs, dict) else str(obs)
+
+
 def check_positive_int(name: str, value) -> None:
     """A ValueError unless ``value`` is an int >= 1 (a bool is not)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -9,11 +9,21 @@ import gymnasium as gym
 CALLS = ("parse_action", "oracle_action", "oracle_reasoning", "render")
 
 
+def surface(env: gym.Env) -> dict:
+    """What a client needs to stand in for ``env``: the contract's attributes, spaces and metadata."""
+    return {"instructions": env.get_wrapper_attr("instructions"),
+            "valid_actions": env.get_wrapper_attr("valid_actions"),
+            "max_steps": env.get_wrapper_attr("max_steps"),
+            "observation_space": env.observation_space, "action_space": env.action_space,
+            "metadata": {k: v for k, v in env.metadata.items() if k in ("render_modes", "render_fps")},
+            "render_mode": env.render_mode}
+
+
 class EnvClient(gym.Env):
     """Subclasses implement ``reset``, ``step``, ``close`` and ``_call(method, *args)``."""
 
     def _take_surface(self, surface: dict) -> None:
-        """Copy what the env shows of itself: its instructions, actions, limit, spaces and metadata."""
+        """Copy what the env shows of itself (``surface``)."""
         self.instructions: str = surface["instructions"]
         self.valid_actions: list[str] | None = surface["valid_actions"]
         self.max_steps: int = surface["max_steps"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+from ragen_envs.base import observation_text
 from ragen_envs.registry import ENVIRONMENTS, load_class
 from ragen_envs.rendering import png_bytes
 
@@ -23,7 +24,7 @@ def play(env_id: str, seed: int, out: Path) -> float:
     oracle = env.get_wrapper_attr("oracle_action")
     obs, info = env.reset(seed=seed)
     print(f"=== {env_id} seed={seed}: {ENVIRONMENTS[env_id].description}")
-    print(_text(obs))
+    print(observation_text(obs))
     frames = [env.render()] if images else []
     total = 0.0
     for t in range(env.get_wrapper_attr("max_steps")):
@@ -36,7 +37,7 @@ def play(env_id: str, seed: int, out: Path) -> float:
         if images:
             frames.append(env.render())
         print(f"\nstep {t + 1}: {action} -> reward {reward:+.2f}")
-        print(_text(obs))
+        print(observation_text(obs))
         if terminated or truncated:
             break
     print(f"\nreturn {total:+.2f}, success {info['success']}\n")
@@ -44,10 +45,6 @@ def play(env_id: str, seed: int, out: Path) -> float:
         _save_strip(frames, out / f"{env_id.split('/')[-1]}.png")
     env.close()
     return total
-
-
-def _text(obs) -> str:
-    return obs["text"] if isinstance(obs, dict) else str(obs)
 
 
 def _save_strip(frames: list[np.ndarray], path: Path) -> None:

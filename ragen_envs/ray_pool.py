@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ragen_envs.client import CALLS, EnvClient
+from ragen_envs.client import CALLS, EnvClient, surface
 
 try:
     import ray
@@ -47,11 +47,7 @@ class EnvWorker:
         env = gym.make(env_id, **kwargs)
         self.next_id += 1
         self.envs[self.next_id] = env
-        return self.next_id, {"instructions": env.get_wrapper_attr("instructions"),
-                              "valid_actions": env.get_wrapper_attr("valid_actions"),
-                              "max_steps": env.get_wrapper_attr("max_steps"),
-                              "observation_space": env.observation_space, "action_space": env.action_space,
-                              "metadata": dict(env.metadata), "render_mode": env.render_mode}
+        return self.next_id, surface(env)
 
     def reset(self, sid: int, seed, options):
         env = self._env(sid)

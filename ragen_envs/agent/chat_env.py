@@ -22,6 +22,7 @@ import gymnasium as gym
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent import prompts
 from ragen_envs.agent.parsing import parse_response
+from ragen_envs.base import observation_text
 
 
 @dataclass
@@ -149,7 +150,7 @@ class ChatEnv:
     # -- helpers ---------------------------------------------------------------------------------
     def _turn_message(self, obs: Any, feedback: str) -> str:
         self._last_observation = obs
-        text = obs["text"] if isinstance(obs, dict) else str(obs)
+        text = observation_text(obs)
         c = self.config
         return prompts.turn_prompt(len(self.turns) + 1, text, self.valid_actions, c.max_turns - len(self.turns),
                                    self.max_actions, c.enable_think, feedback, self.max_response_tokens)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ragen_envs.agent.trajectory import Trajectory, load_jsonl
+from ragen_envs.base import observation_text
 from ragen_envs.rendering import png_bytes
 
 STYLE = """
@@ -59,7 +60,7 @@ def replay_frames(trajectory: Trajectory) -> list[np.ndarray] | None:
             return None
         options = None if trajectory.transition_seed is None else {"transition_seed": trajectory.transition_seed}
         obs, _ = env.reset(seed=trajectory.seed, options=options)
-        text = obs["text"] if isinstance(obs, dict) else str(obs)
+        text = observation_text(obs)
         if len(trajectory.messages) < 2 or text not in trajectory.messages[1]["content"]:
             return None
         frames = [env.render()]

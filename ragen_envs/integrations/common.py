@@ -19,13 +19,17 @@ def seed_rows(env_id: str, n: int, start: int = 0, chat: ChatEnvConfig | None = 
         env.close()
 
 
+def env_ids(tokenizer, reply_ids: list[int], messages: list[dict]) -> list[int]:
+    """The tokens between a reply (``reply_ids``, ``messages[-2]``) and the next generation: the end of
+    the assistant's turn unless the reply holds it (an EOS it generated), the new user message
+    (``messages[-1]``) and the generation prompt, as ``chat_encoding.extend`` appends them."""
+    return chat_encoding.extend(tokenizer, [], reply_ids, messages)[len(reply_ids):]
+
+
 def feedback_text(tokenizer, messages: list[dict], reply_ended_with_eos: bool = True) -> str:
-    """The chat-template text between a reply and the next generation: the end of the assistant's
-    turn (unless the engine's tokens already hold it: an EOS it generated), the new user message
-    (``messages[-1]``) and the generation prompt. For frameworks that join prompt, reply and env
-    text themselves (OpenRLHF); ``chat_encoding.extend`` does the same in token space."""
+    """``env_ids`` as text, for frameworks that join prompt, reply and env text themselves (OpenRLHF);
+    the reply is ``messages[-2]``, ended by the EOS token when the engine stopped there."""
     reply_ids = chat_encoding.tokenize(tokenizer, messages[-2]["content"])
     if reply_ended_with_eos:
         reply_ids.append(tokenizer.eos_token_id)
-    ids = chat_encoding.extend(tokenizer, [], reply_ids, messages)
-    return tokenizer.decode(ids[len(reply_ids):], skip_special_tokens=False)
+    return tokenizer.decode(env_ids(tokenizer, reply_ids, messages), skip_special_tokens=False)

@@ -37,6 +37,7 @@ import gymnasium as gym
 
 from ragen_envs.agent.backends.transformers import TransformersPolicy
 from ragen_envs.agent.rollout import RolloutConfig, RolloutRunner, env_kwargs_by_id
+from ragen_envs.base import observation_text
 from ragen_envs.integrations.common import seed_rows
 
 try:
@@ -62,7 +63,7 @@ class EnvRollout:
         config: turns, tokens per turn, sampling, env arguments and seed; its ``n_groups`` and
             ``group_size`` come from each batch instead.
         policy: the backend that generates (default: this project's transformers backend on the
-            trainer's model, rebuilt each call so it always samples from the current weights).
+            trainer's model, made on the first call).
     """
 
     def __init__(self, env_id: str, config: RolloutConfig | None = None, policy=None):
@@ -112,14 +113,13 @@ class EnvRollout:
         return out
 
     def _runner(self, groups: int, group_size: int, trainer) -> RolloutRunner:
-        policy = self.policy or TransformersPolicy(trainer.accelerator.unwrap_model(trainer.model),
-                                                   trainer.processing_class, device=str(trainer.accelerator.device))
-        runner = self._runners.get((groups, group_size))
-        if runner is None:
+        if self.policy is None:  # the trainer's model itself: it samples from the current weights
+            self.policy = TransformersPolicy(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class,
+                                             device=str(trainer.accelerator.device))
+        if (groups, group_size) not in self._runners:
             config = replace(self.config, n_groups=groups, group_size=group_size)
-            runner = self._runners[(groups, group_size)] = RolloutRunner(self.env_id, policy, config)
-        runner.policy = policy
-        return runner
+            self._runners[(groups, group_size)] = RolloutRunner(self.env_id, self.policy, config)
+        return self._runners[(groups, group_size)]
 
 
 class ToolEnv:
@@ -138,7 +138,7 @@ class ToolEnv:
     def reset(self, seed: int | None = None, **row) -> str:
         obs, _ = self.env.reset(seed=seed)
         self.reward, self.done = 0.0, False
-        return f"{self.env.get_wrapper_attr('instructions')}\n\n{_text(obs)}"
+        return f"{self.env.get_wrapper_attr('instructions')}\n\n{observation_text(obs)}"
 
     def act(self, action: str) -> str:
         """Play one action in the environment.
@@ -156,11 +156,7 @@ class ToolEnv:
         self.done = terminated or truncated
         valid = "" if info.get("action_is_valid", True) else " (not a valid action: nothing changed)"
         end = " The episode is over." if self.done else ""
-        return f"{_text(obs)}\nReward: {float(reward):g}{valid}.{end}"
+        return f"{observation_text(obs)}\nReward: {float(reward):g}{valid}.{end}"
 
     def get_reward(self) -> float:
         return self.reward
-
-
-def _text(obs) -> str:
-    return obs["text"] if isinstance(obs, dict) else obs

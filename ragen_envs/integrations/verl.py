@@ -22,7 +22,7 @@ from uuid import uuid4
 
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
-from ragen_envs.integrations.common import seed_rows
+from ragen_envs.integrations.common import env_ids, seed_rows
 
 try:
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -38,8 +38,7 @@ class RagenAgentLoop(AgentLoopBase):
         episode = dict(kwargs.get("extra_info") or {})
         chat = ChatEnv(episode["env_id"], self.chat_config, **episode.get("env_kwargs", {}))
         budget = int(self.rollout_config.response_length)
-        prompt_ids = chat_encoding.tokenize(self.tokenizer, chat_encoding.render(
-            self.tokenizer, chat.reset(seed=episode.get("seed")), add_generation_prompt=True))
+        prompt_ids = chat_encoding.encode_chat(self.tokenizer, chat.reset(seed=episode.get("seed")))
         ids, mask, logprobs = list(prompt_ids), [], []
         try:
             while not chat.done and len(mask) < budget:
@@ -53,11 +52,10 @@ class RagenAgentLoop(AgentLoopBase):
                 logprobs += reply_logprobs
                 if chat.done or len(mask) >= budget:
                     break
-                env_ids = chat_encoding.extend(self.tokenizer, [], reply_ids, chat.messages)[len(reply_ids):]
-                env_ids = env_ids[:budget - len(mask)]
-                ids += env_ids
-                mask += [0] * len(env_ids)
-                logprobs += [0.0] * len(env_ids)
+                env = env_ids(self.tokenizer, reply_ids, chat.messages)[:budget - len(mask)]
+                ids += env
+                mask += [0] * len(env)
+                logprobs += [0.0] * len(env)
         finally:
             chat.close()
         return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=ids[len(prompt_ids):], response_mask=mask,

@@ -39,7 +39,7 @@ from typing import Any
 import gymnasium as gym
 
 from ragen_envs import wire
-from ragen_envs.client import CALLS
+from ragen_envs.client import CALLS, surface
 from ragen_envs.server.config import ServerConfig
 
 try:
@@ -48,7 +48,7 @@ try:
     from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
-    from pydantic import BaseModel, ConfigDict, Field, StrictStr
+    from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"the env server needs the 'server' extra: pip install 'ragen-envs[server]' ({error})") from None
 
@@ -170,17 +170,12 @@ class CallBody(Strict):
     args: list[Any] = Field(default_factory=list)
 
 
-def surface(sid: str, session: Session) -> dict:
-    """What a client needs to stand in for the env: ids, spaces and the contract's attributes."""
-    env = session.env
-    return {"session_id": sid, "env_id": session.env_id,
-            "instructions": env.get_wrapper_attr("instructions"),
-            "valid_actions": env.get_wrapper_attr("valid_actions"),
-            "max_steps": env.get_wrapper_attr("max_steps"),
-            "observation_space": wire.space_to_json(env.observation_space),
-            "action_space": wire.space_to_json(env.action_space),
-            "metadata": wire.encode({k: v for k, v in env.metadata.items() if k in ("render_modes", "render_fps")}),
-            "render_mode": env.render_mode}
+def surface_json(sid: str, session: Session) -> dict:
+    """The env's ``surface`` as JSON, with the session's ids: what ``RemoteEnv`` reads on creation."""
+    shown = surface(session.env)
+    return {**shown, "session_id": sid, "env_id": session.env_id,
+            "observation_space": wire.space_to_json(shown["observation_space"]),
+            "action_space": wire.space_to_json(shown["action_space"]), "metadata": wire.encode(shown["metadata"])}
 
 
 class BodyLimit:
@@ -276,7 +271,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     async def create(body: CreateBody | None = None):
         body = body or CreateBody()
         sid, session = await sessions.create(body.env_id, body.render_mode)
-        return surface(sid, session)
+        return surface_json(sid, session)
 
     @app.post("/v1/sessions/{sid}/reset")
     async def reset(sid: str, body: ResetBody | None = None):
@@ -390,10 +385,12 @@ async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str
     env = session.env
     try:
         if kind == "reset":
-            seed = data.get("seed")
-            if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-                return ws_error("VALIDATION_ERROR", f"seed must be a non-negative integer, got {seed!r}")
-            obs, info = await sessions.call(session, env.reset, seed=seed, options=data.get("options"))
+            try:  # the session API's own rules for a reset (OpenEnv's episode_id aside)
+                body = ResetBody.model_validate({k: data[k] for k in ("seed", "options") if k in data})
+            except ValidationError as error:
+                return ws_error("VALIDATION_ERROR", "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}"
+                                                              for p in error.errors()))
+            obs, info = await sessions.call(session, env.reset, seed=body.seed, options=body.options)
             session.steps, session.episode_id = 0, data.get("episode_id") or secrets.token_hex(8)
             reply = openenv_observation(obs, info, None, False, False)
         elif kind == "step":
