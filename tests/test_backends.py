@@ -1,4 +1,12 @@
-"""Policy backends: the transformers backend on a tiny model, the OpenAI client against a local server."""
+"""Policy backends: the transformers backend on a tiny model, the OpenAI client against a local server.
+
+Two paths (a kept KV cache or not, a row alone or in a batch) give log-probs equal up to float
+rounding, compared within 1e-4 (the log-probs are about -10; float32 rounding is about 1e-6 of that).
+The tokens they sample are compared exactly, which is safe by design: ``torch.multinomial`` draws
+one sample as argmax p / q with q ~ Exp(1) per token, so rounding (1e-6 relative) changes the token
+only where the two largest p / q are within 1e-6 of each other, about once in a million draws;
+greedy decoding on the tiny model's near-flat logits is as safe.
+"""
 
 import json
 import threading

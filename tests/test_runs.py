@@ -75,7 +75,9 @@ def test_iterations_are_the_total_and_a_finished_run_has_nothing_to_do(tokenizer
     assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["iteration-1.jsonl", "iteration-2.jsonl"]
     assert trainer(tokenizer, replace(cfg, resume_from_checkpoint="latest")).train() == []
     assert "nothing to train" in capsys.readouterr().out
-    assert len(trainer(tokenizer, replace(cfg, resume_from_checkpoint="latest", num_iterations=3)).train()) == 1
+    assert not (run / "metrics.png").exists()  # plot=False (the tests' default)
+    resumed = trainer(tokenizer, replace(cfg, resume_from_checkpoint="latest", num_iterations=3, plot=True))
+    assert len(resumed.train()) == 1
     assert iterations(run) == [1, 2, 3]
     assert (run / "metrics.png").is_file()  # train() draws the plot, as the CLI does
 

@@ -36,10 +36,10 @@ class LiveServer:
 
     def __enter__(self):
         self.thread.start()
-        for _ in range(500):
-            if self.server.started:
-                break
+        deadline = time.monotonic() + 60  # a bound for a loaded machine, not a timing claim
+        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert self.server.started, "uvicorn did not start"
         port = self.server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         return self
@@ -229,15 +229,17 @@ def test_a_token_guards_everything_but_health():
 
 
 def test_idle_sessions_are_closed():
-    with app_client(idle_timeout_s=0.05) as c:
+    # No race with the clock: the idle session is made an hour old, the busy one is used every few ms,
+    # and the timeout (2 s) is hundreds of times longer than a request even on a loaded machine.
+    with app_client(idle_timeout_s=2.0) as c:
         sessions = c.app.state.sessions
         env, busy = RemoteEnv(client=c), RemoteEnv(client=c)
-        for _ in range(200):  # the reaper looks every idle_timeout_s / 2
+        sessions.open[env.session_id].last_used -= 3600
+        deadline = time.monotonic() + 60  # the reaper looks every idle_timeout_s / 2
+        while env.session_id in sessions.open and time.monotonic() < deadline:
             busy.reset(seed=0)
-            if env.session_id not in sessions.open:
-                break
             time.sleep(0.01)
-        assert env.session_id not in sessions.open and sessions.closed_idle >= 1
+        assert env.session_id not in sessions.open and sessions.closed_idle == 1
         assert busy.session_id in sessions.open
         with pytest.raises(RemoteEnvError, match="unknown_session"):
             env.reset(seed=0)

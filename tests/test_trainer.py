@@ -13,6 +13,8 @@ from trainers import Trainer, TrainerConfig
 from trainers.batch import collate, trajectory_samples
 from trainers.metrics import METRICS
 
+from tests.numerics import assert_same_gradients, record_gradients
+
 REPLIES = ["<think>the goal is right</think><answer>Right</answer>",
            "<think>maybe down then left</think><answer>Down || Left</answer>",
            "<think>up</think><answer>Up || Up</answer>",
@@ -52,8 +54,9 @@ def config(tmp_path, n_groups=3, group_size=4, max_new_tokens=24, env_kwargs=Non
     rollout = RolloutConfig(n_groups=n_groups, group_size=group_size, chat=ChatEnvConfig(max_turns=2),
                             sampling=SamplingConfig(max_new_tokens=max_new_tokens),
                             env_kwargs={"size": 3} if env_kwargs is None else env_kwargs)
+    # plot=False: drawing metrics.png takes longer than an iteration here; one test draws it
     base = dict(num_iterations=1, learning_rate=1e-2, output_dir=str(tmp_path / "run"), mixed_precision="no",
-                micro_batch_size=4, rollout=rollout)
+                micro_batch_size=4, rollout=rollout, plot=False)
     base.update(kw)
     return TrainerConfig(**base)
 
@@ -75,8 +78,8 @@ EXPECTED_KEYS = {
 def test_one_iteration_changes_the_weights_and_logs_every_metric(algorithm, tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, algorithm=algorithm, filter="top_p"),
-                      tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    cfg = config(tmp_path, algorithm=algorithm, filter="top_p", plot=algorithm == "grpo")
+    trainer = Trainer(model, "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[0]
     assert EXPECTED_KEYS <= metrics.keys(), EXPECTED_KEYS - metrics.keys()
     documented = {m.key for m in METRICS if m.key != "loss/kl"}  # KL is off by default, as in RAGEN's runs
@@ -93,6 +96,7 @@ def test_one_iteration_changes_the_weights_and_logs_every_metric(algorithm, toke
     assert len(records) == 1 and records[0]["iteration"] == 1
     assert (run / "metrics.csv").read_text().startswith("iteration,")
     assert (run / "checkpoint-1" / "trainer_state.json").is_file()
+    assert (run / "metrics.png").is_file() == (trainer.plot_path is not None) == (algorithm == "grpo")
 
 
 def test_skipped_batch_leaves_weights_alone(tokenizer, tmp_path):
@@ -138,16 +142,18 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tokenizer, tmp_pa
     def strip(records):
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
 
-    full = run(tmp_path / "a", 3)
+    # The same computation twice (the checkpoint holds the exact weights, optimizer state, seeds and
+    # EMAs), so the second iteration's metrics agree to rounding.
+    full = run(tmp_path / "a", 2)
     run(tmp_path / "b", 1)
-    resumed = run(tmp_path / "b", 3, resume="latest")
-    assert len(resumed) == 2
+    resumed = run(tmp_path / "b", 2, resume="latest")
+    assert len(resumed) == 1
     for a, b in zip(strip(full[1:]), strip(resumed)):
         assert a.keys() == b.keys()
         for key in a:
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
     lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
 
 
 def test_sequences_mask_only_generated_tokens():
@@ -299,28 +305,32 @@ class SeededRepliesWithEntropy(SeededReplies):
 
 
 def _trained(tokenizer, tmp_path, force_pass, **kw):
-    model = make_model(tokenizer)
-    trainer = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path / str(force_pass), filter="none",
-                                                           mini_batch_size=64, **kw),
+    """One iteration; returns its metrics, how many no-grad passes ran, and each step's gradients."""
+    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0",
+                      config(tmp_path / str(force_pass), filter="none", mini_batch_size=64, **kw),
                       tokenizer=tokenizer, rollout_policy=SeededRepliesWithEntropy(tokenizer))
     passes = []
     original = trainer._old_stats
     trainer._old_stats = lambda batch: passes.append(1) or original(batch)
     if force_pass:
         trainer._needs_old_pass = lambda kept: True
+    gradients = record_gradients(trainer.optimizer)
     metrics = trainer.train()[0]
-    return model, metrics, len(passes)
+    return metrics, len(passes), gradients
 
 
 def test_an_on_policy_update_skips_the_no_grad_pass_and_trains_the_same(tokenizer, tmp_path):
-    skipped, metrics, passes = _trained(tokenizer, tmp_path, force_pass=False)
-    assert passes == 0 and metrics["loss/updates"] == 1 and metrics["policy/token_entropy"] == 0.5
-    computed, _, passes = _trained(tokenizer, tmp_path, force_pass=True)
+    skipped, passes, skipped_grads = _trained(tokenizer, tmp_path, force_pass=False)
+    assert passes == 0 and skipped["loss/updates"] == 1 and skipped["policy/token_entropy"] == 0.5
+    computed, passes, computed_grads = _trained(tokenizer, tmp_path, force_pass=True)
     assert passes > 0
-    for (name, a), b in zip(skipped.state_dict().items(), computed.state_dict().values()):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    # The same step: the old log-probs are the current ones either way, so the ratio is 1 (up to
+    # rounding) and nothing is clipped. Compared as gradients, not as weights after AdamW (numerics.py).
+    assert_same_gradients(skipped_grads, computed_grads)
+    assert skipped["loss/clip_frac"] == computed["loss/clip_frac"] == 0
+    assert abs(skipped["loss/approx_kl"]) < 1e-6 and abs(computed["loss/approx_kl"]) < 1e-6
     # two epochs are off-policy in the second: the pass is needed
-    assert _trained(tokenizer, tmp_path / "epochs", force_pass=False, ppo_epochs=2)[2] > 0
+    assert _trained(tokenizer, tmp_path / "epochs", force_pass=False, ppo_epochs=2)[1] > 0
 
 
 def test_frozen_bottom_layers_stay_as_they_were(tokenizer, tmp_path):

@@ -115,6 +115,7 @@ class TrainerConfig:
     mi_first_turn_pairs: int = 64  # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
     mi_trajectory_pairs: int = 64  # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
     logging_steps: int = 1  # print the metrics table every this many iterations
+    plot: bool = True  # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
     # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
     save_strategy: Literal["steps", "no"] = "steps"
     save_steps: int = 0  # checkpoint every this many iterations (0: only at the end)

@@ -230,7 +230,7 @@ class Trainer:
                 break
         if saving and (not cfg.save_steps or self.iteration % cfg.save_steps):
             self.save_checkpoint()
-        if self.rank == 0:
+        if self.rank == 0 and cfg.plot:
             self.plot_path = plot_run(self.output_dir)
         return history
 

@@ -9,6 +9,7 @@ folder must hold a model; a hub id must be cached or reachable), then one progre
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import re
@@ -47,15 +48,24 @@ def gguf_path() -> Path:
 def default_model_path() -> Path:
     """A folder with the default model in transformers format, converted on first use."""
     target = cache_dir() / "models" / f"{DEFAULT_MODEL}-bf16"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    if _converted(target):
         return target
     gguf = gguf_path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside the target and rename, so an interrupted conversion never leaves half a model.
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
-    with progress.step(f"converting {gguf.name} to {target} (once; about 30 s)"):
-        _convert(gguf, target, staging)
+    # One conversion at a time (parallel test workers, two commands at once): the others wait for it
+    # and then use its result, instead of replacing a folder another process is reading.
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _converted(target):
+            # Write beside the target and rename, so an interrupted conversion never leaves half a model.
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+            with progress.step(f"converting {gguf.name} to {target} (once; about 30 s)"):
+                _convert(gguf, target, staging)
     return target
+
+
+def _converted(target: Path) -> bool:
+    return (target / "config.json").is_file() and (target / "model.safetensors").is_file()
 
 
 def _convert(gguf: Path, target: Path, staging: Path) -> None:

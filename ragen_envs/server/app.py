@@ -141,9 +141,9 @@ class Sessions:
     async def close_idle(self) -> int:
         limit = time.monotonic() - self.config.idle_timeout_s
         idle = [sid for sid, s in self.open.items() if s.last_used < limit and not s.lock.locked()]
+        self.closed_idle += len(idle)  # counted before the awaits, so a session gone is a session counted
         for sid in idle:
             await self.close(sid)
-        self.closed_idle += len(idle)
         return len(idle)
 
 
