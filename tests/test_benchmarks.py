@@ -74,3 +74,18 @@ def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(sc
     assert (tmp_path / "results.csv").read_text().count("\n") == len(names) + 1
     assert len(json.loads((tmp_path / "results.json").read_text())) == len(names)
     assert list(tmp_path.glob("*.png")) and json.loads((tmp_path / "config.json").read_text())["quick"]
+
+
+def test_the_reward_audit_finds_no_policy_earning_without_doing_the_task():
+    import reward_audit
+
+    from conftest import NO_SANDBOX
+    from ragen_envs.registry import ENVIRONMENTS, missing_modules
+
+    envs = [i for i, e in ENVIRONMENTS.items() if not missing_modules(e)
+            and not (e.extra == "code" and NO_SANDBOX is not None)]
+    rows = reward_audit.audit(envs, episodes=4)
+    assert {r["env"] for r in rows} == set(envs)
+    assert [r for r in rows if r["verdict"] == "BUG"] == []
+    oracle = {r["env"]: r["success"] for r in rows if r["policy"] == "oracle"}
+    assert sum(oracle.values()) / len(oracle) > 0.5  # the table can tell doing the task from not

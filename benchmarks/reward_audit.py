@@ -1,0 +1,272 @@
+"""Reward integrity: what degenerate policies earn in every env of the catalogue.
+
+An RL policy is an optimiser: it finds any reward that does not require solving the task. For each
+catalogue env, this plays the same episodes (seeds 0..N-1) through ``ChatEnv`` (the agent's view:
+replies parsed for ``<think>``/``<answer>``, format penalties included) with:
+- the baselines: random valid actions (finite action sets; WebShop: a random clickable element) and
+  the env's oracle;
+- degenerate replies: empty, maximum-length garbage, the question echoed (as the answer, and bare),
+  the same answer every time, always the first valid action;
+- each env's own known tricks (below, by env class).
+Each policy has a class: ``exploit`` (it does not do the task: it must earn no more reward and success
+than an empty reply, or than the legal policy it is a variant of) or ``legal`` (a plain strategy that
+plays by the rules, such as always ``Down``; it may beat random, and the table says so). The verdict
+column reads ``contained``, ``legal``, or ``BUG`` (an exploit that earned something); the exit status
+is 1 when any row says BUG.
+
+    python benchmarks/reward_audit.py [--episodes 30] [--envs Ragen/Countdown-v0 ...] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import string
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import gymnasium as gym
+
+import ragen_envs  # noqa: F401  (registers the envs)
+from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+from ragen_envs.base import observation_text
+from ragen_envs.registry import ENVIRONMENTS, missing_modules
+
+TURNS = 5
+
+
+@dataclass
+class Policy:
+    name: str
+    kind: str  # "baseline", "exploit" or "legal"
+    reply: Callable  # (chat, observation text, rng) -> reply text
+    # an exploit may earn what this legal policy earns with the same content, no more (default: what an
+    # empty reply earns, or 0)
+    reference: str = "empty reply"
+
+
+def answer(text: str) -> str:
+    return f"<think>ok</think><answer>{text}</answer>"
+
+
+def _first_action(chat, obs, rng):
+    available = _available(chat)
+    return answer(available[0] if available else "1")
+
+
+def _random_action(chat, obs, rng):
+    available = _available(chat)
+    return answer(" || ".join(rng.choice(available) for _ in range(chat.max_actions)))
+
+
+def _available(chat) -> list[str]:
+    """The actions valid now: the env's fixed set, or the clickable ones of a page (WebShop)."""
+    if chat.valid_actions:
+        return list(chat.valid_actions)
+    try:
+        return list(chat.env.get_wrapper_attr("available_actions")())
+    except AttributeError:
+        return []
+
+
+def _oracle(chat, obs, rng):
+    action = chat.env.get_wrapper_attr("oracle_action")()
+    reasoning = chat.env.get_wrapper_attr("oracle_reasoning")() or "ok"
+    return f"<think>{reasoning}</think><answer>{action if action is not None else ''}</answer>"
+
+
+def _garbage(chat, obs, rng):
+    return "".join(rng.choice(string.printable) for _ in range(4000))
+
+
+COMMON = [
+    Policy("random valid action", "baseline", _random_action),
+    Policy("oracle", "baseline", _oracle),
+    Policy("empty reply", "exploit", lambda chat, obs, rng: ""),
+    Policy("max-length garbage", "exploit", _garbage),
+    Policy("question echoed as the answer", "exploit", lambda chat, obs, rng: answer(obs)),
+    Policy("question echoed bare", "exploit", lambda chat, obs, rng: obs),
+    Policy("the same answer always", "legal", lambda chat, obs, rng: answer("1")),
+    Policy("always the first valid action", "legal", _first_action),
+]
+
+
+# -- each env's own tricks, by env class --------------------------------------------------------
+def _numbers(obs: str) -> list[str]:
+    import re
+
+    return re.findall(r"-?\d+(?:\.\d+)?", obs)
+
+
+def _countdown_tricks():
+    def task(chat):
+        return chat.env.unwrapped.task
+
+    def target_tail(chat, obs, rng):  # the numbers, then "= target"
+        return answer(f"{' + '.join(map(str, task(chat).nums))} = {task(chat).target}")
+
+    def reuse(chat, obs, rng):  # one number used again and again
+        return answer(" + ".join([str(task(chat).nums[0])] * 6))
+
+    def target_alone(chat, obs, rng):
+        return answer(str(task(chat).target))
+
+    def all_numbers_summed(chat, obs, rng):  # RAGEN's format credit: the right numbers, any value
+        return answer(" + ".join(map(str, task(chat).nums)))
+
+    summed = "all numbers summed (format credit)"
+    return [Policy("'= target' tail", "exploit", target_tail, reference=summed),
+            Policy("number reuse", "exploit", reuse),
+            Policy("the target alone", "exploit", target_alone),
+            Policy(summed, "legal", all_numbers_summed)]
+
+
+def _metamath_tricks():
+    def many_boxed(chat, obs, rng):
+        return answer(" ".join(f"\\boxed{{{k}}}" for k in range(0, 200)))
+
+    def every_number(chat, obs, rng):
+        return answer(" or ".join(_numbers(obs)))
+
+    def empty_boxed(chat, obs, rng):
+        return answer("\\boxed{}")
+
+    def units(chat, obs, rng):
+        nums = _numbers(obs)
+        return answer(f"${nums[0] if nums else 1} dollars")
+
+    return [Policy("200 boxed answers", "exploit", many_boxed),
+            Policy("every number of the question", "exploit", every_number),
+            Policy("empty \\boxed{}", "exploit", empty_boxed),
+            Policy("a number of the question with units", "legal", units)]
+
+
+def _searchqa_tricks():
+    from collections import Counter
+
+    def most_common(chat, obs, rng, _cache={}):  # the train split's most frequent gold answer
+        if "answer" not in _cache:
+            source = chat.env.unwrapped.source
+            golds = Counter(source[i].answer for i in range(min(len(source), 5000)))
+            _cache["answer"] = golds.most_common(1)[0][0]
+        return answer(f"finish[{_cache['answer']}]")
+
+    def finish_question(chat, obs, rng):
+        return answer(f"finish[{obs[-300:]}]")
+
+    return [Policy("the most common answer", "legal", most_common),
+            Policy("the question as the answer", "exploit", finish_question),
+            Policy("finish[] empty", "exploit", lambda chat, obs, rng: answer("finish[]"))]
+
+
+def _webshop_tricks():
+    def first_result(chat, obs, rng):  # search the instruction's words, buy the first product shown
+        available = _available(chat)
+        if available == ["search[<your query>]"]:
+            return answer(f"search[{chat.env.unwrapped.goal.instruction}]")
+        if "click[Buy Now]" in available:
+            return answer("click[Buy Now]")
+        products = [a for a in available if a not in ("click[Back to Search]", "click[< Prev]", "click[Next >]")]
+        return answer(products[0] if products else available[0])
+
+    return [Policy("buy the first result", "legal", first_result)]
+
+
+def _deepcoder_tricks():
+    def program(text):
+        return lambda chat, obs, rng: f"<think>ok</think><answer>```python\n{text}\n```</answer>"
+
+    def with_entry(body):
+        def reply(chat, obs, rng):
+            entry = chat.env.unwrapped.problem.entry_point or "solve"
+            return program(f"{body}\ndef {entry}(*args):\n    return None")(chat, obs, rng)
+        return reply
+
+    patch = ("import json, os\njson.dumps = lambda *a, **k: '{\"status\": \"ok\"}'\n_w = os.write\n"
+             "os.write = lambda fd, b: _w(fd, b'\\x00\\x00\\x00\\x10{\"status\": \"ok\"}') or len(b)")
+    return [Policy("raise SystemExit", "exploit", program("raise SystemExit")),
+            Policy("os._exit(0)", "exploit", program("import os\nos._exit(0)")),
+            Policy("patched harness, wrong answer", "exploit", with_entry(patch)),
+            Policy("print the input back", "exploit", program("import sys\nprint(sys.stdin.read())")),
+            Policy("return None", "legal", with_entry("")),
+            Policy("return True", "legal", lambda chat, obs, rng: program(
+                f"def {chat.env.unwrapped.problem.entry_point or 'solve'}(*args):\n    return True\nprint('YES')")(
+                chat, obs, rng))]
+
+
+def tricks(env) -> list[Policy]:
+    name = type(env.unwrapped).__name__
+    return {"CountdownEnv": _countdown_tricks, "MetaMathQAEnv": _metamath_tricks, "SearchQAEnv": _searchqa_tricks,
+            "WebShopEnv": _webshop_tricks, "DeepCoderEnv": _deepcoder_tricks}.get(name, list)()
+
+
+# -- playing ----------------------------------------------------------------------------------------------
+def play(env_id: str, policy: Policy, episodes: int) -> tuple[float, float]:
+    """(mean episode return, success rate) of ``policy`` on seeds 0..episodes-1."""
+    chat = ChatEnv(env_id, ChatEnvConfig(max_turns=TURNS, prefill_think=False))
+    rng = random.Random(0)
+    returns, wins = [], []
+    for seed in range(episodes):
+        chat.reset(seed=seed, transition_seed=seed)
+        while not chat.done:
+            obs = observation_text(chat._last_observation)
+            try:
+                reply = policy.reply(chat, obs, rng)
+            except (AttributeError, IndexError, TypeError):
+                reply = ""  # a trick that does not apply to this state
+            chat.step(reply)
+        returns.append(chat.episode_return)
+        wins.append(chat.success)
+    chat.close()
+    return sum(returns) / len(returns), sum(wins) / len(wins)
+
+
+def audit(env_ids: list[str], episodes: int) -> list[dict]:
+    rows = []
+    for env_id in env_ids:
+        probe = gym.make(env_id)
+        policies = COMMON + tricks(probe)
+        probe.close()
+        results = {p.name: play(env_id, p, episodes) for p in policies}
+        for p in policies:
+            reward, success = results[p.name]
+            if p.kind == "baseline":
+                verdict = "baseline"
+            elif p.kind == "legal":
+                verdict = "legal" + (" (beats random)" if success > results["random valid action"][1] else "")
+            else:
+                allowed = max(results[p.reference][0], results["empty reply"][0], 0.0)
+                contained = success <= results[p.reference][1] and reward <= allowed + 1e-9
+                verdict = "contained" if contained else "BUG"
+            rows.append({"env": env_id, "policy": p.name, "class": p.kind, "reward": reward, "success": success,
+                         "verdict": verdict})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=30, help="episodes per policy and env (seeds 0..N-1)")
+    parser.add_argument("--envs", nargs="*", help="env ids (default: every catalogue env this machine can make)")
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    args = parser.parse_args(argv)
+    env_ids = args.envs or [i for i, e in ENVIRONMENTS.items() if not missing_modules(e)]
+    rows = audit(env_ids, args.episodes)
+    if args.markdown:
+        print("| env | policy | class | mean reward | success | verdict |\n|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['env'].split('/')[-1]} | {r['policy']} | {r['class']} | {r['reward']:.3f} | "
+                  f"{r['success']:.2f} | {r['verdict']} |")
+    else:
+        for r in rows:
+            print(f"{r['env']:28s} {r['policy']:36s} {r['class']:8s} reward {r['reward']:7.3f}  "
+                  f"success {r['success']:.2f}  {r['verdict']}")
+    bugs = [r for r in rows if r["verdict"] == "BUG"]
+    for r in bugs:
+        print(f"BUG: {r['env']}: '{r['policy']}' earns {r['reward']:.3f} (success {r['success']:.2f}) without "
+              f"doing the task", file=sys.stderr)
+    return 1 if bugs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
