@@ -297,3 +297,18 @@ def test_the_random_baseline_plays_the_same_episodes(scripted):
     assert set(chance) == {"Ragen/FrozenLake-v0"}  # open-text envs have no random valid action
     assert 0.05 < chance["Ragen/FrozenLake-v0"] < 0.7  # 3x3 maps, 6 random moves: sometimes
     assert random_success(trajs, config.chat, seed=1) == chance  # seeded
+
+
+def test_a_runners_state_continues_its_seed_sequence(scripted):
+    config = RolloutConfig(n_groups=2, group_size=1, seed=5, chat=ChatEnvConfig(max_turns=1))
+    first = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]), config)
+    first.collect()
+    first.collect(seeds=[99, 100])  # given seeds leave the sequence where it was
+    state = first.state_dict()
+    assert state == {"calls": 2, "seed_offset": 2}
+    resumed = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]), config)
+    resumed.load_state_dict(state)
+    assert [t.seed for t in resumed.collect()] == [t.seed for t in first.collect()] == [7, 8]
+    old = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]), config)
+    old.load_state_dict({"calls": 3})  # a checkpoint without seed_offset: every batch drew new seeds
+    assert old.next_seed == 5 + 3 * 2

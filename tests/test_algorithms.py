@@ -116,3 +116,26 @@ def test_algorithm_defaults_follow_ragens_main_table(algorithm, advantage, loss_
     assert (cfg.epsilon, cfg.epsilon_high, cfg.dual_clip, cfg.beta, cfg.entropy_coef) == (0.2, 0.28, 3.0, 0.0, 0.001)
     assert (cfg.learning_rate, cfg.critic_learning_rate, cfg.critic) == (1e-6, 1e-5, "separate")
     assert TrainerConfig(algorithm=algorithm, advantage="group").advantage == "group"  # each is an option
+
+
+def test_the_total_loss_is_its_parts_composed():
+    from trainers.config import TrainerConfig
+
+    torch.manual_seed(0)
+    shape = (2, 5)
+    mask = torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.float)
+    logp, old, ref = torch.randn(shape), torch.randn(shape), torch.randn(shape)
+    entropy, adv = torch.rand(shape), torch.randn(shape)
+    values, old_values, returns = torch.randn(shape), torch.randn(shape), torch.randn(shape)
+    norm = alg.Normalizer(sequences=2, tokens=int(mask.sum()), max_length=5)
+    cfg = TrainerConfig(algorithm="ppo", beta=0.1, entropy_coef=0.01)
+    loss, parts = alg.total_loss(cfg, mask, norm, logp, entropy, old, adv, ref, values, old_values, returns)
+    policy = alg.aggregate(alg.clipped_policy_loss(logp, old, adv, cfg.epsilon, cfg.epsilon_high, cfg.dual_clip)[0],
+                           mask, cfg.loss_type, norm)
+    kl = alg.aggregate(alg.kl_k3(logp, ref), mask, cfg.loss_type, norm)
+    ent = alg.aggregate(entropy, mask, cfg.loss_type, norm)
+    value = alg.aggregate(alg.clipped_value_loss(values, old_values, returns, cfg.cliprange_value), mask, "dapo", norm)
+    assert loss.item() == pytest.approx((policy + 0.1 * kl - 0.01 * ent + cfg.vf_coef * value).item(), rel=1e-6)
+    assert parts["loss/kl"] == pytest.approx(kl.item()) and parts["loss/value"] == pytest.approx(value.item())
+    no_critic, parts = alg.total_loss(TrainerConfig(), mask, norm, logp, entropy, old, adv)
+    assert "loss/value" not in parts and "loss/kl" not in parts

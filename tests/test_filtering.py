@@ -96,3 +96,26 @@ def test_bad_arguments(kwargs):
 def test_needs_two_samples_per_group():
     with pytest.raises(ValueError, match="G >= 2"):
         select_groups(np.ones((3, 1)))
+
+
+def test_group_scores_from_lengths_and_token_entropies():
+    import torch
+
+    from ragen_envs.agent.trajectory import Trajectory, Turn
+    from trainers.batch import Layout, trajectory_samples
+    from trainers.filtering import scores_for
+
+    def traj(group, index, n):
+        turn = Turn(prompt_ids=[1], response_ids=[5] * n, logprobs=[0.0] * n, response="", reasoning=None,
+                    actions=[], reward=0, format_ok=True, finish_reason="stop")
+        return Trajectory("x", group, group, [], [turn], episode_return=0.0)
+
+    trajs = [traj(0, 0, 2), traj(0, 1, 4), traj(1, 2, 3), traj(1, 3, 3)]
+    assert scores_for("length", np.zeros((2, 2)), trajs).tolist() == [3, 3]
+    layout = Layout.of([s for i, t in enumerate(trajs) for s in trajectory_samples(t, i)], size=2, pad_id=0)
+    # token entropy 1 on trajectory 0's tokens, 3 on 1's, 2 on the others
+    stats = [{"entropy": torch.tensor([[1, 1, 0, 0], [3, 3, 3, 3]], dtype=torch.float)},
+             {"entropy": torch.full((2, 3), 2.0)}]
+    assert scores_for("entropy", np.zeros((2, 2)), trajs, layout, stats).tolist() == [2.0, 2.0]
+    assert scores_for("entropy_std", np.zeros((2, 2)), trajs, layout, stats).tolist() == pytest.approx([2 ** 0.5, 0])
+    assert scores_for("std", np.array([[1.0, 3.0], [2.0, 2.0]])).tolist() == pytest.approx([2 ** 0.5, 0])

@@ -187,3 +187,28 @@ def test_cross_loglik_scores_a_repeated_reasoning_once():
     expected, _ = cross_loglik(CountingPolicy(), prompts, reasonings)
     assert loglik[0, 0, 2] == loglik[1, 0, 2] == loglik[2, 1, 2]  # the same reasoning, the same score
     np.testing.assert_allclose(loglik, expected)
+
+
+def _traj(group, reasonings):
+    from types import SimpleNamespace
+
+    turns = [SimpleNamespace(reasoning_ids=z, prompt_ids=[group, k], reasoning_prompt_ids=[group, k, 0])
+             for k, z in enumerate(reasonings)]
+    return SimpleNamespace(group=group, turns=turns)
+
+
+def test_which_pairs_each_scope_scores():
+    import random
+
+    from trainers import mi
+
+    trajs = [_traj(0, [[1], [2]]), _traj(0, [[]]), _traj(1, [[3, 3]]), _traj(2, [])]
+    assert mi.reasoning_stats(trajs) == {"valid_thinking_rate": 0.75, "reasoning_tokens": 4 / 3,
+                                         "empty_reasoning_rate": 1 / 3}
+    by_group = mi.first_turn_pairs(trajs, 0, random.Random(0))  # first turns with reasoning, by group
+    assert {g: [t.reasoning_ids for t in turns] for g, turns in by_group.items()} == {0: [[1]], 1: [[3, 3]]}
+    assert sum(map(len, mi.first_turn_pairs(trajs, 1, random.Random(0)).values())) == 1  # at most `limit`
+    pairs = mi.trajectory_pairs(trajs, 50, random.Random(0))
+    # at most as many draws as turns with reasoning (3); a drawn trajectory without reasoning wastes its draw
+    assert 1 <= len(pairs) <= 3 and all(z in ([1], [2], [3, 3]) for _, z in pairs)
+    assert all(prompt[-1] == 0 for prompt, _ in pairs)  # the prompt up to the reasoning

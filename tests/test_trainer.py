@@ -10,7 +10,8 @@ from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.agent.backends.base import Generation, Policy
 from ragen_envs.agent.trajectory import Trajectory, Turn
 from trainers import Trainer, TrainerConfig
-from trainers.batch import collate, trajectory_samples
+from trainers import algorithms as alg
+from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
 from trainers.metrics import METRICS
 
 from tests.numerics import assert_same_gradients, record_gradients
@@ -116,8 +117,8 @@ def test_only_kept_groups_are_trained(tokenizer, tmp_path, monkeypatch):
                       rollout_policy=SeededReplies(tokenizer))
     seen = []
     original = trainer._update
-    monkeypatch.setattr(trainer, "_update", lambda samples, b, s, chosen: seen.append(
-        {samples[i].group for i in chosen}) or original(samples, b, s, chosen))
+    monkeypatch.setattr(trainer, "_update", lambda layout, stats, chosen: seen.append(
+        {layout.samples[i].group for i in chosen}) or original(layout, stats, chosen))
     metrics = trainer.train()[0]
     assert metrics["filter/kept_groups"] == 1 and len(seen) == 1 and len(seen[0]) == 1
 
@@ -181,28 +182,26 @@ def test_bad_config_values(kwargs):
         TrainerConfig(**kwargs)
 
 
-def test_group_advantages_are_per_trajectory_across_segments(tokenizer, tmp_path):
-    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path), tokenizer=tokenizer)
+def _turn(prompt, response):
+    return Turn(prompt_ids=prompt, response_ids=response, logprobs=[0] * len(response), response="",
+                reasoning=None, actions=[], reward=0, format_ok=True, finish_reason="stop")
 
-    def turn(prompt, response):
-        return Turn(prompt_ids=prompt, response_ids=response, logprobs=[0] * len(response), response="",
-                    reasoning=None, actions=[], reward=0, format_ok=True, finish_reason="stop")
 
-    split = Trajectory("x", 0, 0, [], [turn([1, 2], [3]), turn([9], [4, 5])], episode_return=1.0)  # 2 segments
-    trajs = [split, Trajectory("x", 0, 0, [], [turn([1, 2], [6])], episode_return=3.0),
-             Trajectory("x", 1, 1, [], [turn([7], [8])], episode_return=2.0),
-             Trajectory("x", 1, 1, [], [turn([7], [8, 8])], episode_return=2.0)]
+def test_group_advantages_are_per_trajectory_across_segments():
+    split = Trajectory("x", 0, 0, [], [_turn([1, 2], [3]), _turn([9], [4, 5])], episode_return=1.0)  # 2 segments
+    trajs = [split, Trajectory("x", 0, 0, [], [_turn([1, 2], [6])], episode_return=3.0),
+             Trajectory("x", 1, 1, [], [_turn([7], [8])], episode_return=2.0),
+             Trajectory("x", 1, 1, [], [_turn([7], [8, 8])], episode_return=2.0)]
     samples = [s for i, t in enumerate(trajs) for s in trajectory_samples(t, i)]
     assert len(samples) == 5
-    mb = trainer.config.micro_batch_size
-    batches = [collate(samples[i:i + mb], tokenizer.pad_token_id) for i in range(0, len(samples), mb)]
-    adv = trainer._advantages(samples, batches, None, list(range(5)))
+    layout = Layout.of(samples, size=4, pad_id=0)
+    adv = alg.advantages(layout, list(range(5)), "group")
     expected = [-2 ** -0.5, -2 ** -0.5, 2 ** -0.5, 0.0, 0.0]  # group 0: (1, 3) -> -/+ 1/sqrt(2); group 1 equal
     for i, value in enumerate(expected):
-        mask = batches[i // mb].mask[i % mb]
-        values = adv[i][0][mask.bool()]
+        mask = layout.mask(i).bool()
+        values = adv[i][0][mask]
         assert len(values) >= 1 and torch.allclose(values, torch.tensor(value), atol=1e-5)
-        assert (adv[i][0][~mask.bool()] == 0).all()
+        assert (adv[i][0][~mask] == 0).all()
 
 
 def test_the_run_stops_after_iterations_in_a_row_that_keep_nothing(tokenizer, tmp_path, capsys):
@@ -244,18 +243,16 @@ def test_a_fixed_minibatch_means_fewer_steps_when_fewer_groups_are_kept(tokenize
     assert updates == [3.0, 2.0, 1.0]
 
 
-def test_a_kept_batch_is_padded_with_copies_or_trimmed(tokenizer, tmp_path):
-    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path, mini_batch_size=4),
-                      tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
-    chunks = trainer._minibatches([10, 11, 12, 13, 14], torch.Generator().manual_seed(0))
+def test_a_kept_batch_is_padded_with_copies_or_trimmed():
+    chunks = minibatches([10, 11, 12, 13, 14], 4, 1, "copy", torch.Generator().manual_seed(0))
     flat = np.concatenate(chunks).tolist()
     assert [len(c) for c in chunks] == [4, 4] and flat[:5] == [10, 11, 12, 13, 14]
     assert set(flat[5:]) <= {10, 11, 12, 13, 14} and len(set(flat[5:])) == 3  # copies, none twice
-    trainer.config.batch_adjust = "delete"
-    assert [c.tolist() for c in trainer._minibatches([10, 11, 12, 13, 14], torch.Generator())] == [[10, 11, 12, 13]]
-    trainer.config.mini_batch_size = None
-    trainer.config.num_minibatches = 2
-    assert [len(c) for c in trainer._minibatches([1, 2, 3, 4, 5], torch.Generator())] == [3, 2]
+    assert update_steps(5, 4, 1, "copy") == 2 and update_steps(5, 4, 1, "delete") == 1
+    assert [c.tolist() for c in minibatches([10, 11, 12, 13, 14], 4, 1, "delete", torch.Generator())] == \
+        [[10, 11, 12, 13]]
+    assert [len(c) for c in minibatches([1, 2, 3, 4, 5], None, 2, "copy", torch.Generator())] == [3, 2]
+    assert update_steps(5, None, 2, "copy") == 2
 
 
 @pytest.mark.parametrize("backprop", [False, True])
@@ -271,23 +268,14 @@ def test_a_shared_critic_trains_the_trunk_only_when_asked(backprop, tokenizer, t
     assert bool(trunk_grad) == backprop  # detached unless critic_backprop
 
 
-def test_gae_carries_a_later_segments_reward_and_values_back(tokenizer, tmp_path):
-    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path, algorithm="ppo"),
-                      tokenizer=tokenizer)
-
-    def turn(prompt, response):
-        return Turn(prompt_ids=prompt, response_ids=response, logprobs=[0] * len(response), response="",
-                    reasoning=None, actions=[], reward=0, format_ok=True, finish_reason="stop")
-
+def test_gae_carries_a_later_segments_reward_and_values_back():
     # One trajectory cut by the context cap into 2 segments: generated tokens [3] and then [4, 5].
-    split = Trajectory("x", 0, 0, [], [turn([1, 2], [3]), turn([9], [4, 5])], episode_return=1.0)
-    samples = trajectory_samples(split, 0)
-    batches = [collate(samples, tokenizer.pad_token_id)]
-    mask = batches[0].mask
+    split = Trajectory("x", 0, 0, [], [_turn([1, 2], [3]), _turn([9], [4, 5])], episode_return=1.0)
+    layout = Layout.of(trajectory_samples(split, 0), size=2, pad_id=0)
+    mask = layout.batches[0].mask
     values = torch.zeros_like(mask, dtype=torch.float)
     values[mask.bool()] = torch.tensor([0.5, 0.25, 0.75])  # V at tokens 3, 4, 5 (generation order)
-    trainer.config.gamma = trainer.config.lam = 1.0
-    adv = trainer._advantages(samples, batches, [{"values": values}], [0, 1])
+    adv = alg.advantages(layout, [0, 1], "gae", [{"values": values}], gamma=1.0, lam=1.0)
     returns = torch.cat([adv[0][1][mask[0].bool()], adv[1][1][mask[1].bool()]])
     # gamma = lambda = 1: every token's return is the episode's 1.0, the first segment's included
     # (cut off, it would have returned 0).

@@ -124,3 +124,73 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimator of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1 (always >= 0)."""
     diff = ref_logp - logp
     return torch.exp(diff) - diff - 1
+
+
+def advantages(layout, chosen: list[int], kind: str, values: list | None = None, gamma: float = 1.0,
+               lam: float = 1.0, scale_rewards: str = "group") -> dict[int, tuple[torch.Tensor, torch.Tensor | None]]:
+    """Per chosen sample index (``layout``: a ``batch.Layout``): its (T-1,) advantages and, for GAE,
+    returns. ``kind="gae"`` (PPO) runs over a trajectory's segments joined in order, so a segment cut
+    by the context cap bootstraps from the next one's values and gets the rewards after it; the
+    advantages are then whitened over the chosen tokens. ``kind="group"`` gives one advantage per
+    trajectory (counted once however many segments it has) to every generated token of its samples.
+    ``values``: the per-micro-batch no-grad statistics holding ``"values"`` (GAE only)."""
+    if not chosen:
+        return {}
+    samples = layout.samples
+    if kind == "gae":
+        advs, rets = {}, {}
+        by_trajectory: dict[int, list[int]] = {}
+        for i in chosen:
+            by_trajectory.setdefault(samples[i].trajectory, []).append(i)
+        for parts in by_trajectory.values():
+            a, r = gae(torch.cat([layout.rewards(i) for i in parts])[None],
+                       torch.cat([layout.stat(values, "values", i) for i in parts])[None],
+                       torch.cat([layout.mask(i) for i in parts])[None], gamma, lam)
+            offset = 0
+            for i in parts:
+                n = layout.mask(i).numel()
+                advs[i], rets[i] = a[0, offset:offset + n], r[0, offset:offset + n]
+                offset += n
+        white = whiten(torch.cat([advs[i] for i in chosen]), torch.cat([layout.mask(i) for i in chosen]))
+        result, offset = {}, 0
+        for i in chosen:
+            n = advs[i].numel()
+            result[i] = (white[offset:offset + n], rets[i])
+            offset += n
+        return result
+    first = {}
+    for i in chosen:
+        first.setdefault(samples[i].trajectory, samples[i])
+    returns = torch.tensor([s.episode_return for s in first.values()], dtype=torch.float64)
+    groups = torch.tensor([s.group for s in first.values()])
+    per_trajectory = dict(zip(first, group_advantages(returns, groups, scale_rewards).tolist()))
+    return {i: (per_trajectory[samples[i].trajectory] * layout.mask(i), None) for i in chosen}
+
+
+def total_loss(config, mask: torch.Tensor, norm: Normalizer, logp: torch.Tensor, entropy: torch.Tensor,
+               old_logp: torch.Tensor, advantages: torch.Tensor, ref_logp: torch.Tensor | None = None,
+               values: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
+               returns: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """One micro-batch's share of the minibatch loss and its parts, for ``config`` (a ``TrainerConfig``):
+    the clipped policy loss, minus ``entropy_coef`` x entropy, plus ``beta`` x KL to the reference
+    (``ref_logp``) and, with a critic, ``vf_coef`` x the clipped value loss (``values``, ``old_values``,
+    ``returns``). All (B, T-1) tensors, aggregated by ``config.loss_type`` (the value loss per token)."""
+    policy_tok, clipped = clipped_policy_loss(logp, old_logp, advantages, config.epsilon, config.epsilon_high,
+                                              config.dual_clip)
+    loss = aggregate(policy_tok, mask, config.loss_type, norm)
+    parts = {"loss/policy": loss.item(), "loss/clip_frac": aggregate(clipped, mask, "dapo", norm).item(),
+             "loss/approx_kl": aggregate(old_logp - logp.detach(), mask, "dapo", norm).item()}
+    if config.beta > 0:
+        kl = aggregate(kl_k3(logp, ref_logp), mask, config.loss_type, norm)
+        loss = loss + config.beta * kl
+        parts["loss/kl"] = kl.item()
+    ent = aggregate(entropy, mask, config.loss_type, norm)
+    parts["loss/entropy"] = ent.item()
+    if config.entropy_coef:
+        loss = loss - config.entropy_coef * ent
+    if values is not None and returns is not None:
+        vloss = aggregate(clipped_value_loss(values, old_values, returns, config.cliprange_value), mask, "dapo", norm)
+        loss = loss + config.vf_coef * vloss
+        parts["loss/value"] = vloss.item()
+    parts["loss/total"] = loss.item()
+    return loss, parts

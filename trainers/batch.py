@@ -1,14 +1,17 @@
-"""Turn trajectories into training sequences and pad them into tensors.
+"""Turn trajectories into training sequences, pad them into tensors, cut them into micro-batches and
+minibatches.
 
 A trajectory's turns chain into token sequences (``Trajectory.segments``: one, unless the context cap
 dropped old turns). The episode return goes on the last generated token of the trajectory's last
-segment.
+segment. ``Layout`` names where each sample sits among the micro-batches; ``minibatches`` is RAGEN's
+fixed-size minibatch rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -54,3 +57,65 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
         if s.last and len(positions):
             rewards[b, positions[-1, 0]] = s.episode_return
     return Batch(ids, attention, ids[:, 1:], mask, rewards)
+
+
+@dataclass
+class Layout:
+    """A batch's samples cut into micro-batches of ``size``: sample i is row ``i % size`` of
+    micro-batch ``i // size``. The trainer reads every per-sample tensor through it."""
+    samples: list[Sample]
+    batches: list[Batch]
+    size: int
+
+    @classmethod
+    def of(cls, samples: list[Sample], size: int, pad_id: int) -> "Layout":
+        return cls(samples, [collate(samples[i:i + size], pad_id) for i in range(0, len(samples), size)], size)
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(micro-batch, row) of sample ``i``."""
+        return divmod(i, self.size)
+
+    def mask(self, i: int) -> torch.Tensor:
+        b, r = self.locate(i)
+        return self.batches[b].mask[r]
+
+    def rewards(self, i: int) -> torch.Tensor:
+        b, r = self.locate(i)
+        return self.batches[b].rewards[r]
+
+    def stat(self, stats: list, key: str, i: int) -> torch.Tensor:
+        """Sample ``i``'s row of a per-micro-batch statistic (``stats[b][key]``)."""
+        b, r = self.locate(i)
+        return stats[b][key][r]
+
+    def batches_holding(self, indices) -> list[int]:
+        return sorted({self.locate(i)[0] for i in indices})
+
+
+def minibatches(order: list[int], mini_batch_size: int | None, num_minibatches: int, batch_adjust: str,
+                generator: torch.Generator) -> list[np.ndarray]:
+    """An epoch's minibatches of sample indices. With ``mini_batch_size`` (RAGEN's rule) the kept
+    samples are padded with random copies of themselves (or trimmed, ``batch_adjust="delete"``) to a
+    multiple of it, so the number of steps follows what the filter kept. Else ``num_minibatches``
+    splits of whatever was kept."""
+    order = np.array(order, dtype=int)
+    if mini_batch_size is None:
+        return np.array_split(order, num_minibatches)
+    size, remainder = mini_batch_size, len(order) % mini_batch_size
+    if remainder and batch_adjust == "delete":
+        order = order[:len(order) - remainder]
+    elif remainder and len(order):
+        missing = size - remainder
+        picks = torch.randint(len(order), (missing,), generator=generator) if missing > len(order) \
+            else torch.randperm(len(order), generator=generator)[:missing]
+        order = np.concatenate([order, order[picks.numpy()]])
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def update_steps(kept_samples: int, mini_batch_size: int | None, num_minibatches: int, batch_adjust: str) -> int:
+    """How many optimizer steps ``minibatches`` makes of ``kept_samples`` per epoch."""
+    if mini_batch_size is None:
+        return num_minibatches
+    if batch_adjust == "copy":
+        return -(-kept_samples // mini_batch_size)
+    return kept_samples // mini_batch_size

@@ -139,3 +139,19 @@ def load_optimizer(optimizer, state: dict, sharded: bool) -> None:
                 for k, v in entry.items()}
             for i, entry in state["state"].items()}}
     optimizer.load_state_dict(state)
+
+
+def distribute(scorer, model, world: int, sharded: bool, device, warm_up):
+    """The module the update calls: ``scorer`` itself (one process), DDP-wrapped, or sharded with FSDP2
+    (``shard``; ``warm_up()`` runs its first forward, which FSDP2 sets itself up on)."""
+    if sharded:
+        shard(scorer, model)
+        with torch.no_grad():
+            warm_up()
+        scorer.reshard()  # the root stays gathered after a forward; the optimizer must get its shards
+        return scorer
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(scorer, device_ids=[device.index] if device.type == "cuda" else None)
+    return scorer

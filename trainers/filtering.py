@@ -61,6 +61,24 @@ def per_group(values, groups: int, how: str) -> np.ndarray:
     return table.mean(axis=1) if how == "mean" else table.std(axis=1, ddof=1)
 
 
+def scores_for(metric: str, returns, trajectories=(), layout=None, stats=None) -> np.ndarray:
+    """This batch's score per group for the filter: a reward metric of the P x G ``returns``; the
+    mean response length (``"length"``); or the mean (``"entropy"``) or spread (``"entropy_std"``)
+    of each trajectory's mean token entropy over its generated tokens, all its segments, from the
+    no-grad pass's ``stats`` read through ``layout`` (a ``batch.Layout``)."""
+    if metric in REWARD_METRICS:
+        return group_scores(returns, metric)
+    groups = np.asarray(returns).shape[0]
+    if metric == "length":
+        return per_group([sum(len(turn.response_ids) for turn in t.turns) for t in trajectories], groups, "mean")
+    total, count = np.zeros(len(trajectories)), np.zeros(len(trajectories))
+    for i, sample in enumerate(layout.samples):
+        mask = layout.mask(i)
+        total[sample.trajectory] += float((layout.stat(stats, "entropy", i) * mask).sum())
+        count[sample.trajectory] += float(mask.sum())
+    return per_group(total / np.maximum(count, 1), groups, "mean" if metric == "entropy" else "std")
+
+
 def select(scores, strategy: str = "top_p", value: float = 0.9, prob_mode: str = "linear",
            order: str = "largest", include_zero: bool = True, eps: float = SELECTION_EPS) -> np.ndarray:
     """Sorted indices of the kept groups, from one score per group; empty when nothing is kept."""

@@ -170,3 +170,71 @@ def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[in
     finally:
         policy.reset_cache()
     return loglik, lengths
+
+
+# -- which (prompt, reasoning) pairs are scored --------------------------------------------------
+def reasoning_stats(trajectories) -> dict[str, float]:
+    """How much reasoning a batch has: the share of turns with a <think> block, their mean length,
+    and the share of episodes whose first turn has none."""
+    out = {}
+    turns = [turn for t in trajectories for turn in t.turns]
+    if turns:
+        with_reasoning = [len(turn.reasoning_ids) for turn in turns if turn.reasoning_ids]
+        out["valid_thinking_rate"] = len(with_reasoning) / len(turns)
+        out["reasoning_tokens"] = float(np.mean(with_reasoning)) if with_reasoning else 0.0
+    firsts = [t.turns[0] for t in trajectories if t.turns]
+    out["empty_reasoning_rate"] = sum(not turn.reasoning_ids for turn in firsts) / len(firsts) if firsts else 1.0
+    return out
+
+
+def first_turn_pairs(trajectories, limit: int, rng) -> dict[int, list]:
+    """First-turn scope: group -> the first turns with reasoning of its episodes (X_i is the group's
+    first prompt, Z_ik those turns' reasonings), ``limit`` turns drawn without replacement (0: all)."""
+    valid = [(t.group, t.turns[0]) for t in trajectories if t.turns and t.turns[0].reasoning_ids]
+    if limit and len(valid) > limit:
+        valid = rng.sample(valid, limit)
+    by_group: dict[int, list] = {}
+    for group, turn in sorted(valid, key=lambda pair: pair[0]):
+        by_group.setdefault(group, []).append(turn)
+    return by_group
+
+
+def trajectory_pairs(trajectories, draws: int, rng) -> list[tuple[list[int], list[int]]]:
+    """Trajectory scope, as RAGEN draws it: ``draws`` draws with replacement of a trajectory, then one
+    of its turns with reasoning: (the turn's prompt up to its reasoning, the reasoning), each draw a
+    column of its own. A trajectory without reasoning wastes its draw, as in RAGEN."""
+    turns_of = [[turn for turn in t.turns if turn.reasoning_ids] for t in trajectories]
+    pairs = []
+    for _ in range(min(draws, sum(len(turns) for turns in turns_of))):
+        turns = turns_of[rng.randrange(len(turns_of))]
+        if turns:
+            turn = rng.choice(turns)
+            pairs.append((turn.reasoning_prompt_ids, turn.reasoning_ids))
+    return pairs
+
+
+def diagnostics(policy, trajectories, first_pairs: int, trajectory_draws: int, rng, emas: dict,
+                through_think) -> dict[str, float]:
+    """Both scopes' proxies of a batch, each in both families: ``mi/`` (the paper's formulas) and
+    ``mi_code/`` (the released code's), ``mi_traj/`` and ``mi_traj_code/`` for the trajectory scope.
+    ``emas``: scope name ("first", "first_code", "traj", "traj_code") -> ``MIZScoreEMA``;
+    ``through_think``: a first-turn prompt -> its ids up to and including <think>."""
+    out = {f"mi/{k}": v for k, v in reasoning_stats(trajectories).items()}
+
+    def families(prefix: str, scope: str, loglik, lengths) -> None:
+        out.update({f"{prefix}/{k}": v for k, v in mi_metrics(loglik, lengths).items()})
+        out.update({f"{prefix}_code/{k}": v for k, v in mi_metrics_code(loglik, lengths).items()})
+        out[f"{prefix}/mi_zscore_ema"] = emas[scope].update(loglik, lengths)
+        out[f"{prefix}_code/mi_zscore_ema"] = emas[f"{scope}_code"].update(loglik, lengths)
+
+    by_group = first_turn_pairs(trajectories, first_pairs, rng)
+    if len(by_group) > 1:
+        prompts = [through_think(turns[0].prompt_ids) for turns in by_group.values()]
+        reasonings = [[turn.reasoning_ids for turn in turns] for turns in by_group.values()]
+        families("mi", "first", *cross_loglik(policy, prompts, reasonings))
+    pairs = trajectory_pairs(trajectories, trajectory_draws, rng)
+    if len(pairs) > 1:
+        loglik, lengths = cross_loglik(policy, [x for x, _ in pairs], [[z] for _, z in pairs])
+        if loglik.shape[0] > 1:
+            families("mi_traj", "traj", loglik, lengths)
+    return out

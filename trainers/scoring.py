@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -38,3 +40,22 @@ class TokenScorer(torch.nn.Module):
             value = torch.zeros(mask.shape, device=ids.device)
             value[mask] = self.value_head(features.float())[:, 0]
         return logp, entropy, value
+
+
+def build_scorers(model, config, device) -> tuple[TokenScorer, TokenScorer | None]:
+    """(the scorer the update calls, the frozen KL reference's or None) for ``config`` (a
+    ``TrainerConfig``): with GAE a zero-initialised value head, on a critic model of its own (RAGEN's,
+    verl's: a copy of the policy) or on the policy's trunk; the reference only when ``beta`` > 0."""
+    gae = config.advantage == "gae"
+    value_head = torch.nn.Linear(model.config.hidden_size, 1).to(device) if gae else None
+    if value_head is not None:
+        torch.nn.init.zeros_(value_head.weight)
+        torch.nn.init.zeros_(value_head.bias)
+    critic_trunk = copy.deepcopy(model).train() if gae and config.critic == "separate" else None
+    reference = None
+    if config.beta > 0:
+        reference = TokenScorer(copy.deepcopy(model).eval().requires_grad_(False), None,
+                                config.rollout.sampling.temperature)
+    scorer = TokenScorer(model, value_head, config.rollout.sampling.temperature, critic_trunk=critic_trunk,
+                         detach_value=not config.critic_backprop)
+    return scorer, reference

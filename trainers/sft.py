@@ -33,7 +33,7 @@ import torch
 from ragen_envs.agent import ChatEnv, chat_encoding, progress
 from ragen_envs.agent.parsing import THINK_OPEN
 from trainers.config import SFTConfig
-from trainers.freeze import freeze_bottom
+from trainers.setup import model_name, prepare_model
 
 
 @dataclass
@@ -119,11 +119,9 @@ def sft_loss(model, batch: list[Episode], pad_id: int, device) -> torch.Tensor:
 def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, device: str = "cpu") -> dict:
     """Fine-tune ``model`` (a path or id, a loaded model with ``tokenizer``, or None for the default) on
     oracle demonstrations of ``env_ids``; save it to ``config.output_dir``; return what happened."""
-    from ragen_envs.agent.default_model import load_model
-
     out = Path(config.output_dir)
     settings = {k: v for k, v in asdict(config).items() if k != "overwrite_output_dir"}
-    made_from = {"envs": list(env_ids), "model": _name(model), "config": settings}
+    made_from = {"envs": list(env_ids), "model": model_name(model), "config": settings}
     previous = _previous(out)
     if previous is not None and {k: previous.get(k) for k in made_from} == made_from:
         print(f"using the warm start already in {out} (same model, envs and settings)", flush=True)
@@ -133,14 +131,10 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
                          "or choose another --output-dir")
     if previous is not None:  # a folder whose record is gone counts as incomplete until the new one is saved
         (out / "warm_start.json").unlink()
-    if model is None or isinstance(model, (str, Path)):
-        model, tokenizer = load_model(model, torch.float32, tokenizer)
-    if tokenizer is None:
-        raise ValueError("pass the tokenizer together with a loaded model")
-    model = model.to(device).float().train()
+    model, tokenizer = prepare_model(model, tokenizer, device, config.freeze_layers)
+    model.train()
     with progress.step(f"playing {config.episodes} oracle episodes per env"):
         demos = demonstrations(env_ids, tokenizer, config)
-    freeze_bottom(model, config.freeze_layers)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
     rng = random.Random(config.seed)
@@ -174,13 +168,6 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
                   "last_loss": losses[-1] if losses else None}
         (out / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
-
-
-def _name(model) -> str | None:
-    """What a warm start was made from: a path or id, a loaded model's name, None for the default."""
-    if model is None or isinstance(model, (str, Path)):
-        return None if model is None else str(model)
-    return getattr(model.config, "_name_or_path", None)
 
 
 def _previous(out: Path) -> dict | None:

@@ -241,6 +241,16 @@ class RolloutRunner:
         trajectories[i].context_overflow = True
         return True
 
+    def state_dict(self) -> dict:
+        """Where the run's seed sequence stands (the same on every rank): a checkpoint's part."""
+        return {"calls": self.calls, "seed_offset": self.next_seed - self.config.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the seed sequence of ``state_dict()`` (of this rank's own seeds)."""
+        self.calls = state["calls"]
+        # a checkpoint from before seed_offset was saved: every batch then drew the next seeds
+        self.next_seed = self.config.seed + state.get("seed_offset", state["calls"] * len(self.group_envs))
+
     def _sampling_seed(self, turn: int) -> int:
         """A fresh sampling seed per call and turn, from the configured seed: rollouts replay exactly."""
         base = self.config.sampling.seed if self.config.sampling.seed is not None else self.config.seed

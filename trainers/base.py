@@ -1,0 +1,234 @@
+"""What every training run needs, whatever the algorithm: the run folder (one run per folder, resume
+from a checkpoint), the model set up for training, the rollout runner, the scorer behind every loss
+(DDP-wrapped or FSDP-sharded over the ranks), the optimizer, the iteration loop with its logging,
+progress and early stop, and checkpoints. ``Trainer`` (``trainer.py``) is the RL algorithm on top:
+it defines ``iteration_step``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from ragen_envs.agent import progress
+from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
+from ragen_envs.agent.rollout import check_envs, make_runner
+from trainers import checkpoint, mi, run_folder
+from trainers.batch import Sample, collate
+from trainers.config import TrainerConfig
+from trainers.distributed import (RANK_SEED_STRIDE, all_reduce, broadcast, distribute, full_state, init_distributed,
+                                  load_optimizer)
+from trainers.metrics import MetricsLogger, plot_run
+from trainers.scoring import build_scorers
+from trainers.setup import model_name, prepare_model, use_bf16
+
+
+class TrainerBase:
+    """Args:
+        model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default.
+        env: an env id, or a dict env id -> number of prompt groups (a mix; overrides rollout.n_groups).
+        config: the hyperparameters.
+        callbacks: objects with ``on_iteration_end(trainer, iteration, metrics)``.
+        Resuming (``config.resume_from_checkpoint``) takes the same initial ``model``: it is the KL
+        reference, and the checkpoint's weights are loaded over it.
+        rollout_policy: another backend to generate rollouts (e.g. ``VLLMPolicy``), or a function with
+            no arguments that builds it (called after the env, run folder and config are checked, so a
+            bad argument is reported before a slow engine loads); it gets the new weights after each
+            update through its ``load_weights``. Default: the trained model itself.
+    """
+
+    def __init__(self, model=None, env: str | dict[str, int] = "Ragen/Sokoban-v0",
+                 config: TrainerConfig | None = None, tokenizer=None, callbacks=(), device: str | None = None,
+                 rollout_policy=None):
+        cfg = config or TrainerConfig()
+        self.rank, self.world = init_distributed()
+        self.model_name = model_name(model)
+        # Everything that can be checked without the model is checked before it loads.
+        self.device = pick_device(device)
+        mix = check_envs(env, cfg.rollout)
+        self.output_dir = self._run_folder(cfg, mix)
+        self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
+        resume, resume_state = None, None
+        if cfg.resume_from_checkpoint:
+            resume = checkpoint.find(self.output_dir, cfg.resume_from_checkpoint)
+            resume_state = checkpoint.validate(resume, cfg.algorithm, self.model_name)
+        else:
+            old_run = run_folder.check(self.output_dir, cfg.overwrite_output_dir)
+            all_reduce([0], self.world)  # every rank has checked before rank 0 clears or writes
+            if self.rank == 0:
+                run_folder.clear(old_run)
+        # freeze before the critic copies the model
+        self.model, self.tokenizer = prepare_model(model, tokenizer, self.device, cfg.freeze_layers)
+        self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device))
+        self.callbacks = list(callbacks)
+        if callable(rollout_policy) and not hasattr(rollout_policy, "generate"):
+            rollout_policy = rollout_policy()
+        self.rollout_policy = rollout_policy or self.policy
+        # Each rank rolls out its own groups.
+        self.runner = make_runner(mix, self.rollout_policy,
+                                  replace(cfg.rollout, seed=cfg.rollout.seed + self.rank * RANK_SEED_STRIDE))
+        self.scorer, self.ref_scorer = build_scorers(self.model, cfg, self.device)
+        self.value_head, self.critic_trunk = self.scorer.value_head, self.scorer.critic_trunk
+        self.sharded = self.world > 1 and cfg.data_parallel == "fsdp"
+        self._resume_tensors = None
+        if self.sharded:
+            if self.value_head is not None:
+                raise ValueError("data_parallel='fsdp' trains the critic-free algorithms (grpo, dapo, drgrpo); "
+                                 "PPO's critic is not sharded: use data_parallel='ddp'")
+            if resume is not None:  # full weights go in before the model is cut into shards
+                self._resume_tensors = checkpoint.load(resume, self.model)
+        eos = self.tokenizer.eos_token_id
+        warm = collate([Sample([eos] * 2, [0, 1], 0, 0, 0.0, True)], self.tokenizer.pad_token_id)
+        self.train_scorer = distribute(self.scorer, self.model, self.world, self.sharded, self.device,
+                                       lambda: self._token_outputs(self.scorer, warm))
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
+        if self.value_head is not None:
+            critic = [p for p in [*self.value_head.parameters(),
+                                  *(self.critic_trunk.parameters() if self.critic_trunk else [])] if p.requires_grad]
+            groups.append({"params": critic, "lr": cfg.critic_learning_rate})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+        # Each scope and family smooths its own sigma.
+        self.mi_emas = {name: mi.MIZScoreEMA(variant="code" if name.endswith("_code") else "paper")
+                        for name in ("first", "first_code", "traj", "traj_code")}
+        self.iteration = 0
+        self.empty_filter_streak = 0  # iterations in a row in which the filter kept nothing
+        self.think_ids = list(self.tokenizer("<think>", add_special_tokens=False)["input_ids"])
+        if resume is not None:
+            self._load_checkpoint(resume, resume_state)
+        self.plot_path: Path | None = None
+        self._bar = None  # train()'s progress bar (rank 0)
+        # Only rank 0 writes metrics and checkpoints.
+        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) if self.rank == 0 else None
+        if self.rank == 0:
+            self.write_config()
+
+    def _run_folder(self, cfg: TrainerConfig, mix: dict[str, int]) -> Path:
+        """The run folder: ``output_dir``; else a resumed checkpoint's parent; else a new folder."""
+        if cfg.output_dir:
+            return Path(cfg.output_dir)
+        if cfg.resume_from_checkpoint == "latest":
+            raise ValueError("resume_from_checkpoint='latest' needs output_dir, the run folder to resume")
+        if cfg.resume_from_checkpoint:
+            return Path(cfg.resume_from_checkpoint).parent
+        return Path(broadcast(str(run_folder.new_folder(cfg.algorithm, list(mix))), self.world))
+
+    def write_config(self) -> Path:
+        """``config.json`` next to the metrics: every field resolved, plus env and model, so
+        ``ragen train --config`` repeats the run."""
+        path = self.output_dir / "config.json"
+        record = {"model": self.model_name, "env": self.runner.mix, **self.config.to_dict()}
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        return path
+
+    # == the loop =================================================================================
+    def train(self) -> list[dict]:
+        """Train up to ``num_iterations`` in all; write the metrics, the last checkpoint and the plot.
+        Returns this call's per-iteration metrics (empty when the run was already complete)."""
+        cfg = self.config
+        history = []
+        saving = cfg.save_strategy == "steps"
+        if self.iteration >= cfg.num_iterations:
+            if self.rank == 0:
+                print(f"{self.output_dir} is at iteration {self.iteration} and num_iterations is "
+                      f"{cfg.num_iterations}: nothing to train (raise --iterations to continue)", flush=True)
+            return history
+        self._bar = progress.bar(cfg.num_iterations, "it", "training") if self.rank == 0 else None
+        self._phase("starting")
+        while self.iteration < cfg.num_iterations:
+            metrics = self.iteration_step()
+            self.iteration += 1
+            metrics["iteration"] = self.iteration
+            history.append(metrics)
+            for callback in self.callbacks:
+                callback.on_iteration_end(self, self.iteration, metrics)
+            # The streak comes from the global filter, so every rank stops at the same iteration.
+            stop = bool(cfg.filter_empty_stop) and self.empty_filter_streak >= cfg.filter_empty_stop
+            if self.logger is not None:
+                self.logger.log(metrics)
+                if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
+                    self._bar.print(self.logger.table_row(metrics))
+                self._phase("done" if self.iteration == cfg.num_iterations else "next")
+            if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
+                self.save_checkpoint()  # on every rank: a sharded model is gathered first; rank 0 writes
+            if stop:
+                if self.logger is not None:
+                    print(f"stopping early: the filter kept nothing for {self.empty_filter_streak} iterations in a "
+                          f"row (filter_empty_stop={cfg.filter_empty_stop}; RAGEN's rollout_filter_empty_stop_steps)",
+                          flush=True)
+                break
+        if saving and (not cfg.save_steps or self.iteration % cfg.save_steps):
+            self.save_checkpoint()
+        if self.rank == 0 and cfg.plot:
+            self.plot_path = plot_run(self.output_dir)
+        return history
+
+    def _phase(self, phase: str, **more) -> None:
+        if self._bar is not None:
+            self._bar(self.iteration, phase=phase, **more)
+
+    def iteration_step(self) -> dict:
+        """One iteration; its metrics. The algorithm's part."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _timed(metrics: dict, name: str, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        metrics[f"time/{name}_s"] = time.perf_counter() - start
+        return out
+
+    # == forward passes ===========================================================================
+    def _autocast(self):
+        if use_bf16(self.config.mixed_precision, self.device):
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _token_outputs(self, scorer, batch):
+        ids, attn = batch.ids.to(self.device), batch.attention.to(self.device)
+        with self._autocast():
+            return scorer(ids, attn, batch.mask.to(self.device).bool(), batch.targets.to(self.device))
+
+    # == checkpoints ==============================================================================
+    def save_checkpoint(self) -> Path | None:
+        """Write ``checkpoint-<iteration>`` in the output folder (rank 0 only), keeping the newest
+        ``save_total_limit``."""
+        weights, optimizer_state = full_state(self.model, self.optimizer, self.sharded)  # every rank gathers
+        if self.rank != 0:
+            return None
+        # The reference model is the initial model, rebuilt from it on resume: not saved again.
+        tensors = {"optimizer": optimizer_state,
+                   "value_head": None if self.value_head is None else self.value_head.state_dict(),
+                   "critic": None if self.critic_trunk is None else self.critic_trunk.state_dict()}
+        meta = {"iteration": self.iteration, **self.runner.state_dict(),
+                "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()},
+                "model": self.model_name, "config": asdict(self.config)}
+        with progress.step(f"writing checkpoint-{self.iteration}") as note:
+            path = checkpoint.save(self.output_dir, self.iteration, self.model, self.tokenizer, tensors, meta,
+                                   keep=self.config.save_total_limit, state_dict=weights)
+            note.append(f"{checkpoint.size_bytes(path) / 1e6:.0f} MB")
+        return path
+
+    def _load_checkpoint(self, path: Path, state: dict) -> None:
+        """Continue from a checkpoint ``checkpoint.validate`` has accepted."""
+        tensors = self._resume_tensors if self.sharded else checkpoint.load(path, self.model)
+        try:
+            load_optimizer(self.optimizer, tensors["optimizer"], self.sharded)
+            if self.value_head is not None:
+                self.value_head.load_state_dict(tensors["value_head"])
+            if self.critic_trunk is not None:
+                self.critic_trunk.load_state_dict(tensors["critic"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(f"checkpoint {path}: its optimizer state does not fit this model and algorithm "
+                             f"({str(error).splitlines()[0]})") from None
+        self.iteration = state["iteration"]
+        self.runner.load_state_dict(state)  # every rank continues its own seed sequence
+        saved = state["mi_ema"]
+        saved = {"first": saved} if "sigma" in saved else saved  # a checkpoint with one EMA only
+        for name, ema_state in saved.items():
+            if name in self.mi_emas:
+                self.mi_emas[name].load_state_dict(ema_state)
