@@ -74,7 +74,7 @@ test-vllm: $(VLLM)
 		$(VLLM_PY) -m pytest -p no:cacheprovider -o addopts="" --timeout 3000 tests/test_vllm.py -v
 
 oracle-demo: $(DEV)
-	$(PY) -m ragen_envs.oracle_demo
+	$(PY) -m ragen_envs.cli.oracle_demo
 
 lint: $(DEV)
 	$(PY) -m flake8 ragen_envs trainers benchmarks tests

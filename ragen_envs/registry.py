@@ -98,11 +98,11 @@ def register(entry: EnvEntry) -> None:
 
 
 #: Clients of envs that run elsewhere: an env server (``ragen serve``; ``ragen_envs.remote``) and a pool
-#: of Ray actors (``ragen_envs.ray_pool``). Registered with Gymnasium so that runs take them by id, but
+#: of Ray actors (``ragen_envs.remote.ray_pool``). Registered with Gymnasium so that runs take them by id, but
 #: not in the catalogue, as they are no envs of their own.
 REMOTE_ID = "Ragen/Remote-v0"
 RAY_ID = "Ragen/Ray-v0"
-CLIENTS = {REMOTE_ID: "ragen_envs.remote:RemoteEnv", RAY_ID: "ragen_envs.ray_pool:RayEnv"}
+CLIENTS = {REMOTE_ID: "ragen_envs.remote:RemoteEnv", RAY_ID: "ragen_envs.remote.ray_pool:RayEnv"}
 
 
 def register_clients() -> None:

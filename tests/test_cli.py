@@ -76,7 +76,7 @@ def _leaves(cls):
 def test_every_config_field_is_a_flag_with_its_default_and_help(command, classes):
     import dataclasses
 
-    from ragen_envs import cli_args
+    from ragen_envs.cli import args as cli_args
     from ragen_envs.agent.backends import PolicyConfig
     from ragen_envs.agent.rollout import RolloutConfig
     from ragen_envs.cli import build_parser
@@ -107,7 +107,7 @@ def test_every_config_field_is_a_flag_with_its_default_and_help(command, classes
 def test_a_saved_config_repeats_the_run_and_flags_override_it(tmp_path, suffix):
     import yaml
 
-    from ragen_envs import cli_args
+    from ragen_envs.cli import args as cli_args
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
     from trainers import TrainerConfig
 
@@ -273,7 +273,7 @@ def test_list_says_which_envs_lack_their_extra(capsys, monkeypatch):
 
 
 def test_presets_set_the_defaults_and_flags_override_them():
-    from ragen_envs import cli_args
+    from ragen_envs.cli import args as cli_args
     from trainers import TrainerConfig
 
     args = parse(["train", "--preset", "ragen2-main", "--env", "Ragen/WebShop-v0", "--algorithm", "ppo"])

@@ -9,7 +9,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="the 'ray' extra")
 
 from ragen_envs.agent import RolloutConfig, RolloutRunner  # noqa: E402
-from ragen_envs.ray_pool import RayEnv  # noqa: E402
+from ragen_envs.remote.ray_pool import RayEnv  # noqa: E402
 from ragen_envs.registry import RAY_ID  # noqa: E402
 from conftest import ScriptedPolicy  # noqa: E402
 from tests.test_server import REPLIES, play, same  # noqa: E402
@@ -34,7 +34,7 @@ def test_a_ray_env_plays_the_local_episode(env_id):
 
 
 def test_sessions_spread_over_the_pool():
-    from ragen_envs.ray_pool import pool_actors
+    from ragen_envs.remote.ray_pool import pool_actors
 
     envs = [RayEnv("Ragen/FrozenLake-v0", workers=2, pool="spread") for _ in range(4)]
     assert sorted(ray.get([a.sessions.remote() for a in pool_actors(2, "spread")])) == [2, 2]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, save_jsonl
-from ragen_envs.agent.report import png_data_uri, replay_frames, write_report
+from ragen_envs.cli.report import png_data_uri, replay_frames, write_report
 from ragen_envs.cli import main
 
 REPLIES = ["<think>I should move the box toward the target.</think><answer>Left || Down</answer>",

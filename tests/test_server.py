@@ -17,8 +17,8 @@ from starlette.websockets import WebSocketDisconnect
 from ragen_envs.agent import ChatEnv, RolloutConfig, RolloutRunner
 from ragen_envs.registry import ENVIRONMENTS, REMOTE_ID, missing_modules
 from ragen_envs.remote import RemoteEnv, RemoteEnvError
-from ragen_envs.server import ServerConfig
-from ragen_envs.server.app import create_app
+from ragen_envs.remote.server import ServerConfig
+from ragen_envs.remote.server.app import create_app
 from conftest import NO_SANDBOX, ScriptedPolicy
 
 # Every catalogue env this machine can make (DeepCoder needs its sandbox).
@@ -262,7 +262,7 @@ def test_server_config_is_checked():
 
 
 def test_ragen_serve_takes_its_settings_from_flags(monkeypatch):
-    import ragen_envs.server.app as app
+    import ragen_envs.remote.server.app as app
 
     seen = []
     monkeypatch.setattr(app, "serve", seen.append)

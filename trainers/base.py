@@ -17,7 +17,8 @@ import torch
 
 from ragen_envs.agent import progress
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
-from ragen_envs.agent.rollout import check_envs, make_runner
+from ragen_envs.agent.async_rollout import make_runner
+from ragen_envs.agent.rollout import check_envs
 from trainers import checkpoint, mi, run_folder
 from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig

@@ -162,3 +162,10 @@ class AsyncRolloutRunner(RolloutRunner):
                       "generate_busy_s": batcher.busy_s if batcher else float("nan"),
                       "generate_calls": float(batcher.batches if batcher else sum(len(t.turns) for t in trajectories))}
         return trajectories
+
+
+def make_runner(envs: str | dict[str, int], policy: Policy, config: RolloutConfig | None = None) -> RolloutRunner:
+    """The runner ``config`` asks for: ``RolloutRunner``, or ``AsyncRolloutRunner`` with ``asynchronous``."""
+    if config is not None and config.asynchronous:
+        return AsyncRolloutRunner(envs, policy, config)
+    return RolloutRunner(envs, policy, config)

@@ -57,15 +57,6 @@ class RolloutConfig:
             raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
 
 
-def make_runner(envs: str | dict[str, int], policy: Policy, config: RolloutConfig | None = None) -> "RolloutRunner":
-    """The runner ``config`` asks for: ``RolloutRunner``, or ``AsyncRolloutRunner`` with ``asynchronous``."""
-    if config is not None and config.asynchronous:
-        from ragen_envs.agent.async_rollout import AsyncRolloutRunner
-
-        return AsyncRolloutRunner(envs, policy, config)
-    return RolloutRunner(envs, policy, config)
-
-
 def env_mix(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, int]:
     """The run's envs as {id: groups}: an env id gets ``config.n_groups``."""
     mix = {envs: config.n_groups} if isinstance(envs, str) else dict(envs)

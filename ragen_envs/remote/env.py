@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragen_envs import wire
-from ragen_envs.client import EnvClient
+from ragen_envs.remote import wire
+from ragen_envs.remote.client import EnvClient
 
 
 class RemoteEnvError(RuntimeError):

@@ -1,7 +1,7 @@
 """Play every environment of the catalogue with its oracle and show each step (text here, and the
 frames of image-capable envs as one PNG strip per env in demo_out/).
 
-Run with ``make oracle-demo`` or ``python -m ragen_envs.oracle_demo [--out DIR] [--seed N] [--env ID]``.
+Run with ``make oracle-demo`` or ``python -m ragen_envs.cli.oracle_demo [--out DIR] [--seed N] [--env ID]``.
 """
 
 from __future__ import annotations

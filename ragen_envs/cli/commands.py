@@ -20,7 +20,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ragen_envs import __version__, cli_args
+from ragen_envs import __version__
+from ragen_envs.cli import args as cli_args
 from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.registry import CLIENTS, ENVIRONMENTS, markdown_table, missing_modules
@@ -86,7 +87,7 @@ def cmd_list(args) -> int:
 
 def cmd_eval(args) -> int:
     from ragen_envs.agent import progress, save_jsonl
-    from ragen_envs.agent.rollout import make_runner
+    from ragen_envs.agent.async_rollout import make_runner
     from ragen_envs.agent.rollout import check_envs
 
     config = cli_args.build(RolloutConfig, args)
@@ -142,11 +143,11 @@ def cmd_sft(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from ragen_envs.server import ServerConfig
+    from ragen_envs.remote.server import ServerConfig
 
     args.envs = list(args.env)  # --env, repeated: the config's envs
     config = cli_args.build(ServerConfig, args)
-    from ragen_envs.server.app import serve  # the 'server' extra, after the flags are checked
+    from ragen_envs.remote.server.app import serve  # the 'server' extra, after the flags are checked
 
     serve(config)
     return 0
@@ -160,7 +161,7 @@ def cmd_plot(args) -> int:
 
 
 def cmd_view(args) -> int:
-    from ragen_envs.agent.report import write_report
+    from ragen_envs.cli.report import write_report
 
     print(write_report(args.source, args.out, args.iteration, images=not args.no_images))
     return 0
@@ -239,7 +240,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
     sv = commands["serve"] = sub("serve", help="serve envs over HTTP to many clients (RemoteEnv, OpenEnv)")
     sv.add_argument("--env", action="append", default=None, help="an env id to serve; repeat for several")
-    from ragen_envs.server import ServerConfig
+    from ragen_envs.remote.server import ServerConfig
 
     cli_args.add_config(sv, ServerConfig, include={f.name for f in dataclasses.fields(ServerConfig)} - {"envs"})
     sv.set_defaults(func=cmd_serve)

@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ragen_envs.client import CALLS, EnvClient, surface
+from ragen_envs.remote.client import CALLS, EnvClient, surface
 
 try:
     import ray

@@ -38,9 +38,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from ragen_envs import wire
-from ragen_envs.client import CALLS, surface
-from ragen_envs.server.config import ServerConfig
+from ragen_envs.remote import wire
+from ragen_envs.remote.client import CALLS, surface
+from ragen_envs.remote.server.config import ServerConfig
 
 try:
     import anyio
