@@ -40,19 +40,22 @@ $(VLLM): pyproject.toml
 # too), then a short GRPO run with top-p filtering (--preset cpu-quick), a metrics table per
 # iteration, the plot in demo_out/run/metrics.png and the episodes in demo_out/run/report.html.
 # --overwrite replaces the previous demo's run.
-WARM_START = $(shell $(PY) -c "from ragen_envs.agent.default_model import cache_dir; print(cache_dir())")/warm-start/frozenlake-coord
+# The demo's env is the catalogue's (the entry with role "demo").
+DEMO_ENV = $(shell $(PY) -c "from ragen_envs.registry import env_for; print(env_for('demo'))")
+WARM_START = $(shell $(PY) -c "from trainers.sft import warm_start_dir; print(warm_start_dir('$(DEMO_ENV)'))")
 demo: $(DEV)
-	$(VENV)/bin/ragen sft --env Ragen/FrozenLakeCoord-v0 --output-dir $(WARM_START)
-	$(VENV)/bin/ragen train --model $(WARM_START) --preset cpu-quick --env Ragen/FrozenLakeCoord-v0 \
+	$(VENV)/bin/ragen sft --env $(DEMO_ENV) --output-dir $(WARM_START)
+	$(VENV)/bin/ragen train --model $(WARM_START) --preset cpu-quick --env $(DEMO_ENV) \
 		--output-dir demo_out/run --overwrite
 	$(VENV)/bin/ragen view demo_out/run
 
 # System packages of some tests, installed where apt-get runs as root; elsewhere those tests are
 # skipped and say what to install: chromium (the `ragen view` page in a real headless browser) and
-# bubblewrap (DeepCoder's code sandbox).
-system-packages:
+# what the catalogue's envs need (EnvEntry.system: bubblewrap for DeepCoder's code sandbox).
+ENV_SYSTEM = $(shell $(PY) -c "from ragen_envs.registry import system_packages; print(*system_packages())")
+system-packages: $(DEV)
 	@missing=""; command -v chromium >/dev/null || missing="$$missing chromium"; \
-	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	for p in $(ENV_SYSTEM); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			{ apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; } || \

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from ragen_envs.registry import ENVIRONMENTS
+from ragen_envs.registry import ENVIRONMENTS, env_for
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -119,7 +119,7 @@ async def level(url: str, concurrency: int, sessions: int, steps: int, timeout: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", choices=list(ENVIRONMENTS), default="Ragen/Sokoban-v0")
+    parser.add_argument("--env", choices=list(ENVIRONMENTS), default=env_for("default"))
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 64, 512])
     parser.add_argument("--steps", type=int, default=10, help="steps per session")
     parser.add_argument("--sessions-per-level", type=int, default=None, help="default: 2 x the concurrency (>= 20)")

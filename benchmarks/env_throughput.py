@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from ragen_envs.grid import GridEnv
-from ragen_envs.registry import ENVIRONMENTS, load_class
+from ragen_envs.registry import ENVIRONMENTS, ids_in, load_class
 from ragen_envs.sokoban.generator import generate_level
 
 ROOMS = [((6, 6), 1), ((8, 8), 2), ((10, 10), 3)]
@@ -79,7 +79,7 @@ def retrieval(quick: bool) -> None:
     start = time.perf_counter()
     BM25Index([f"{p.title}. {p.text}" for p in passages])
     build_ms = (time.perf_counter() - start) * 1e3
-    env = gym.make("Ragen/SearchQA-v0")
+    env = gym.make(ids_in("searchqa")[0])
     reset_ms = timings(lambda i: env.reset(seed=i), 200)[0]
     print(f"{len(passages)} passages: index built in {build_ms:.0f} ms; a reset with the shared index takes "
           f"{reset_ms * 1e3:.0f} us ({build_ms / reset_ms:.0f}x less than an index per env)")
@@ -94,7 +94,7 @@ def retrieval(quick: bool) -> None:
 
 
 def shop_search(quick: bool) -> None:
-    env = gym.make("Ragen/WebShop-v0").unwrapped
+    env = gym.make(ids_in("webshop")[0]).unwrapped
     env.reset(seed=0)
     goals = [env.source[i] for i in range(100 if quick else 500)]
     latency = timings(lambda i: env._index.search(goals[i].query, env.max_results), len(goals))
@@ -205,7 +205,7 @@ def main() -> None:
     for dim, boxes in ROOMS:
         rng = np.random.default_rng(0)
         ours = timings(lambda i: generate_level(rng, dim, boxes, 300), count)
-        env = gym.make("Ragen/Sokoban-v0", dim_room=dim, num_boxes=boxes).unwrapped
+        env = gym.make(ids_in("sokoban")[0], dim_room=dim, num_boxes=boxes).unwrapped
         with_solve = timings(lambda i: env.reset(seed=i), count)
         line = (f"{f'{dim[0]}x{dim[1]}, {boxes} box':>12s} {ours[0]:10.2f} {ours[1]:7.2f} {ours[2]:7.2f} "
                 f"{with_solve[0]:12.2f} {with_solve[2]:7.2f}")
@@ -219,7 +219,7 @@ def main() -> None:
         print(line)
 
     print("\n== Sokoban reset tail, 10x10 with 3 boxes ==")
-    env = gym.make("Ragen/Sokoban-v0", dim_room=(10, 10), num_boxes=3).unwrapped
+    env = gym.make(ids_in("sokoban")[0], dim_room=(10, 10), num_boxes=3).unwrapped
     seeds = 200 if args.quick else 1000
     over_budget = []
     mean, p99, worst = timings(lambda i: over_budget.append(env.reset(seed=i)[1]["optimal_solution_length"] is None),

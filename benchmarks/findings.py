@@ -23,9 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-# The warm start every script starts from: `make demo`'s (SFTConfig's defaults on this env, in the user
-# cache), made on first use and then reused.
-WARM_ENV = "Ragen/FrozenLakeCoord-v0"
+from ragen_envs.registry import env_for
+from trainers.config import CPU_QUICK_CHAT, CPU_QUICK_TOKENS
+
+# The warm start every script starts from: `make demo`'s (SFTConfig's defaults on the demo env, in the
+# user cache), made on first use and then reused.
+WARM_ENV = env_for("demo")
 
 
 @dataclass
@@ -39,8 +42,10 @@ class Scale:
     seeds: int  # seeds per setting
 
 
-QUICK = Scale(iterations=2, groups=2, group_size=4, max_turns=3, max_new_tokens=64, val_episodes=8, seeds=1)
-FULL = Scale(iterations=40, groups=4, group_size=8, max_turns=3, max_new_tokens=64, val_episodes=32, seeds=3)
+# turns and reply budget: the cpu-quick preset's, which the warm start was made with
+TURNS, TOKENS = CPU_QUICK_CHAT["max_turns"], CPU_QUICK_TOKENS
+QUICK = Scale(iterations=2, groups=2, group_size=4, max_turns=TURNS, max_new_tokens=TOKENS, val_episodes=8, seeds=1)
+FULL = Scale(iterations=40, groups=4, group_size=8, max_turns=TURNS, max_new_tokens=TOKENS, val_episodes=32, seeds=3)
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -75,11 +80,10 @@ def warm_model(args) -> str:
     """``--model``, else the warm start (made on first use, about 3 minutes on 2 cores, then cached)."""
     if args.model:
         return args.model
-    from ragen_envs.agent.default_model import cache_dir
     from trainers.config import SFTConfig
-    from trainers.sft import warm_start
+    from trainers.sft import warm_start, warm_start_dir
 
-    out = cache_dir() / "warm-start" / "frozenlake-coord"
+    out = warm_start_dir(WARM_ENV)
     warm_start(None, [WARM_ENV], SFTConfig(output_dir=str(out)))
     return str(out)
 

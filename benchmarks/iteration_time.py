@@ -25,7 +25,7 @@ import time
 
 import findings
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
-from ragen_envs.registry import ENVIRONMENTS
+from ragen_envs.registry import ENVIRONMENTS, env_for
 
 PHASES = ("rollout", "mi", "stats", "filter", "update", "sync")  # sync: new weights into vLLM
 ROWS = ("before", "now", "frozen", "vllm", "vllm-frozen")
@@ -67,7 +67,7 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", choices=list(ENVIRONMENTS), default="Ragen/FrozenLakeCoord-v0")
+    parser.add_argument("--env", choices=list(ENVIRONMENTS), default=env_for("demo"))
     parser.add_argument("--filter", choices=("none", "top_p"), default="none")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)

@@ -18,6 +18,7 @@ import torch
 
 from ragen_envs.agent import ChatEnv, SamplingConfig
 from ragen_envs.agent.backends.transformers import TransformersPolicy
+from ragen_envs.registry import env_for
 
 
 def timed(fn) -> float:
@@ -27,7 +28,7 @@ def timed(fn) -> float:
 
 
 def main() -> None:
-    prompts = [ChatEnv("Ragen/Sokoban-v0").reset(seed=i) for i in range(8)]
+    prompts = [ChatEnv(env_for("default")).reset(seed=i) for i in range(8)]
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=32, seed=0, stop=[])
     gen = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):

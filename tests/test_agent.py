@@ -9,13 +9,13 @@ from ragen_envs.agent import (ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunn
                               load_jsonl, save_jsonl)
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.trajectory import think_span
-from conftest import env_params
+from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, env_params
 
 LEVEL = "#######\n#P_X_O#\n#_____#\n#_____#\n#######"
 
 
 def sokoban_chat(**config):
-    env = gym.make("Ragen/Sokoban-v0", dim_room=(5, 7))
+    env = gym.make(DEFAULT, dim_room=(5, 7))
     chat = ChatEnv(env, ChatEnvConfig(**config))
     return chat
 
@@ -71,7 +71,7 @@ def test_episode_end_stops_the_actions_and_the_chat():
 
 
 def test_no_think_mode():
-    chat = ChatEnv("Ragen/FrozenLake-v0", ChatEnvConfig(enable_think=False))
+    chat = ChatEnv(SMOKE, ChatEnvConfig(enable_think=False))
     messages = chat.reset(seed=0)
     assert "<think>" not in messages[0]["content"] and "<think>" not in messages[1]["content"]
     assert chat.step("<answer>Up</answer>").format_ok
@@ -108,7 +108,7 @@ def test_think_span(tokenizer):
 
 def test_groups_share_initial_state_and_differ_across_groups(scripted):
     policy = scripted(["<think>look</think><answer>Up</answer>"])
-    runner = RolloutRunner("Ragen/Sokoban-v0", policy,
+    runner = RolloutRunner(DEFAULT, policy,
                            RolloutConfig(n_groups=4, group_size=3, chat=ChatEnvConfig(max_turns=1)))
     trajs = runner.collect()
     assert len(trajs) == 12 and [t.group for t in trajs] == [g for g in range(4) for _ in range(3)]
@@ -167,7 +167,7 @@ def test_rollout_batches_active_envs_and_drops_finished(scripted):
 
 def test_prompts_in_trajectories_are_what_the_model_saw(scripted):
     policy = scripted(["<think>go</think><answer>Left || Up</answer>", "<think>hm</think><answer>Down</answer>"])
-    runner = RolloutRunner("Ragen/Sokoban-v0", policy,
+    runner = RolloutRunner(DEFAULT, policy,
                            RolloutConfig(n_groups=2, group_size=2, chat=ChatEnvConfig(max_turns=3)))
     trajs = runner.collect()
     seen = [p for call in policy.calls for p in call]
@@ -185,15 +185,15 @@ def test_prompts_in_trajectories_are_what_the_model_saw(scripted):
 
 def test_context_cap_drops_oldest_turns(scripted):
     policy = scripted(["<think>" + "very long thoughts " * 20 + "</think><answer>Up</answer>"])
-    first = policy.encode_chat(ChatEnv("Ragen/Sokoban-v0").reset(seed=0))
+    first = policy.encode_chat(ChatEnv(DEFAULT).reset(seed=0))
     cap = len(first) + 80
-    runner = RolloutRunner("Ragen/Sokoban-v0", policy,
+    runner = RolloutRunner(DEFAULT, policy,
                            RolloutConfig(n_groups=1, group_size=1, max_prompt_tokens=cap,
                                          chat=ChatEnvConfig(max_turns=4)))
     traj = runner.collect()[0]
     assert all(len(t.prompt_ids) <= cap for t in traj.turns)
     assert traj.turns[0].messages_dropped == 0 and traj.turns[-1].messages_dropped > 0
-    tiny = RolloutRunner("Ragen/Sokoban-v0", policy,
+    tiny = RolloutRunner(DEFAULT, policy,
                          RolloutConfig(n_groups=1, group_size=1, max_prompt_tokens=10,
                                        chat=ChatEnvConfig(max_turns=2)))
     traj = tiny.collect()[0]
@@ -202,10 +202,10 @@ def test_context_cap_drops_oldest_turns(scripted):
 
 def test_env_mix_and_thread_pool(scripted):
     policy = scripted(["<think>a</think><answer>Up || Left</answer>"])
-    runner = RolloutRunner({"Ragen/Sokoban-v0": 2, "Ragen/FrozenLake-v0": 1}, policy,
+    runner = RolloutRunner({DEFAULT: 2, SMOKE: 1}, policy,
                            RolloutConfig(group_size=2, env_workers=3, chat=ChatEnvConfig(max_turns=2)))
     trajs = runner.collect()
-    assert [t.env_id for t in trajs] == ["Ragen/Sokoban-v0"] * 4 + ["Ragen/FrozenLake-v0"] * 2
+    assert [t.env_id for t in trajs] == [DEFAULT] * 4 + [SMOKE] * 2
 
 
 @pytest.mark.parametrize("env_id", env_params(sorted(ENVIRONMENTS)))
@@ -244,7 +244,7 @@ def test_bad_config_values():
 
 
 def test_no_think_mode_says_why_a_reply_was_invalid():
-    chat = ChatEnv("Ragen/FrozenLake-v0", ChatEnvConfig(enable_think=False))
+    chat = ChatEnv(SMOKE, ChatEnvConfig(enable_think=False))
     chat.reset(seed=0)
     chat.step("Up")
     assert "no <answer>...</answer> found" in chat.messages[-1]["content"]
@@ -255,8 +255,8 @@ def test_no_think_mode_says_why_a_reply_was_invalid():
 def test_group_members_share_the_start_but_not_the_slips(scripted):
     policy = scripted(["<think>a</think><answer>Left || Right</answer>"])
     config = RolloutConfig(n_groups=1, group_size=6, chat=ChatEnvConfig(max_turns=3),
-                           env_kwargs={"Ragen/FrozenLake-v0": {"slip": 0.8, "size": 6, "p": 1.0}})
-    trajs = RolloutRunner("Ragen/FrozenLake-v0", policy, config).collect()
+                           env_kwargs={SMOKE: {"slip": 0.8, "size": 6, "p": 1.0}})
+    trajs = RolloutRunner(SMOKE, policy, config).collect()
     assert len({t.messages[1]["content"] for t in trajs}) == 1  # one initial state
     later = {tuple(m["content"] for m in t.messages[2:]) for t in trajs}
     assert len(later) > 1  # the same actions slipped differently
@@ -267,7 +267,7 @@ def test_the_think_prefill_and_the_penalty_for_invalid_actions(scripted):
 
     # Prefilled: the model's text continues after <think>; the reply keeps it, the reasoning span starts at once.
     policy = scripted(["go right</think><answer>Right || Jump</answer>"])
-    trajs = RolloutRunner("Ragen/FrozenLake-v0", policy,
+    trajs = RolloutRunner(SMOKE, policy,
                           RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1))).collect()
     turn = trajs[0].turns[0]
     assert "Max response length: 128 words (tokens)." in trajs[0].messages[1]["content"]  # RAGEN's line
@@ -275,12 +275,12 @@ def test_the_think_prefill_and_the_penalty_for_invalid_actions(scripted):
     assert policy.tokenizer.decode(turn.reasoning_ids).strip() == "go right"
     # One invalid and one valid action: RAGEN's rule penalises the turn; the lenient rule does not.
     for rule, penalty in ((True, -0.1), (False, 0.0)):
-        env = ChatEnv("Ragen/FrozenLake-v0", ChatEnvConfig(penalize_invalid_actions=rule))
+        env = ChatEnv(SMOKE, ChatEnvConfig(penalize_invalid_actions=rule))
         env.reset(seed=0)
         record = env.step("<think>x</think><answer>Jump || Up</answer>")
         assert record.actions == ["Up"] and record.invalid_actions == ["Jump"]
         assert record.reward == pytest.approx(penalty + (1.0 if env.success else 0.0))
-    off = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<think>a</think><answer>Up</answer>"]),
+    off = RolloutRunner(SMOKE, scripted(["<think>a</think><answer>Up</answer>"]),
                         RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1, prefill_think=False)))
     assert not off.collect()[0].turns[0].response.startswith("<think><think>")
 
@@ -289,26 +289,26 @@ def test_the_random_baseline_plays_the_same_episodes(scripted):
     from ragen_envs.agent.baseline import random_success
 
     config = RolloutConfig(n_groups=40, group_size=2, chat=ChatEnvConfig(max_turns=3),
-                           env_kwargs={"Ragen/FrozenLake-v0": {"size": 3}})
-    runner = RolloutRunner({"Ragen/FrozenLake-v0": 40, "Ragen/Countdown-v0": 2}, scripted(["<answer>Up</answer>"]),
+                           env_kwargs={SMOKE: SMOKE_KWARGS})
+    runner = RolloutRunner({SMOKE: 40, OPEN_TEXT: 2}, scripted(["<answer>Up</answer>"]),
                            config)
     trajs = runner.collect()
     chance = random_success(trajs, config.chat, seed=1)
-    assert set(chance) == {"Ragen/FrozenLake-v0"}  # open-text envs have no random valid action
-    assert 0.05 < chance["Ragen/FrozenLake-v0"] < 0.7  # 3x3 maps, 6 random moves: sometimes
+    assert set(chance) == {SMOKE}  # open-text envs have no random valid action
+    assert 0.05 < chance[SMOKE] < 0.7  # 3x3 maps, 6 random moves: sometimes
     assert random_success(trajs, config.chat, seed=1) == chance  # seeded
 
 
 def test_a_runners_state_continues_its_seed_sequence(scripted):
     config = RolloutConfig(n_groups=2, group_size=1, seed=5, chat=ChatEnvConfig(max_turns=1))
-    first = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]), config)
+    first = RolloutRunner(SMOKE, scripted(["<answer>Up</answer>"]), config)
     first.collect()
     first.collect(seeds=[99, 100])  # given seeds leave the sequence where it was
     state = first.state_dict()
     assert state == {"calls": 2, "seed_offset": 2}
-    resumed = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]), config)
+    resumed = RolloutRunner(SMOKE, scripted(["<answer>Up</answer>"]), config)
     resumed.load_state_dict(state)
     assert [t.seed for t in resumed.collect()] == [t.seed for t in first.collect()] == [7, 8]
-    old = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]), config)
+    old = RolloutRunner(SMOKE, scripted(["<answer>Up</answer>"]), config)
     old.load_state_dict({"calls": 3})  # a checkpoint without seed_offset: every batch drew new seeds
     assert old.next_seed == 5 + 3 * 2

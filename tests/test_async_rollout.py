@@ -13,6 +13,7 @@ from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, Sampli
 from ragen_envs.agent.async_rollout import AsyncRolloutRunner, RequestBatcher
 from ragen_envs.agent.backends.base import Generation, Policy
 from tests.test_backends import COMPLETION, FakeServer, _client
+from conftest import DEFAULT, SMOKE
 
 REPLIES = ["<think>down</think><answer>Down</answer>", "<think>r</think><answer>Right || Down</answer>",
            "<think>l</think><answer>Left</answer>", "no format at all", "<think>u</think><answer>Up</answer>"]
@@ -68,7 +69,7 @@ class SlowSteps(gym.Wrapper):
 
 
 if "Test/SlowFrozenLake-v0" not in gym.registry:
-    gym.register("Test/SlowFrozenLake-v0", entry_point=lambda **kw: SlowSteps(gym.make("Ragen/FrozenLake-v0", **kw)))
+    gym.register("Test/SlowFrozenLake-v0", entry_point=lambda **kw: SlowSteps(gym.make(SMOKE, **kw)))
 
 CONFIG = RolloutConfig(n_groups=3, group_size=2, seed=11, chat=ChatEnvConfig(max_turns=4))
 
@@ -77,7 +78,7 @@ def records(trajectories):
     return [t.to_dict() for t in trajectories]
 
 
-@pytest.mark.parametrize("env_id", ["Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"])
+@pytest.mark.parametrize("env_id", [SMOKE, DEFAULT])
 def test_a_deterministic_policy_gives_the_synchronous_runners_trajectories(tokenizer, env_id):
     sync = RolloutRunner(env_id, PromptKeyed(tokenizer), CONFIG)
     run = AsyncRolloutRunner(env_id, PromptKeyed(tokenizer), CONFIG)
@@ -129,7 +130,7 @@ def test_a_failing_generation_reaches_every_waiting_episode(tokenizer):
             raise RuntimeError("backend down")
 
     with pytest.raises(RuntimeError, match="backend down"):
-        AsyncRolloutRunner("Ragen/FrozenLake-v0", Broken(tokenizer), CONFIG).collect()
+        AsyncRolloutRunner(SMOKE, Broken(tokenizer), CONFIG).collect()
 
 
 def test_openai_requests_are_in_flight_together(tokenizer):
@@ -137,7 +138,7 @@ def test_openai_requests_are_in_flight_together(tokenizer):
     try:
         policy = _client(tokenizer, server.url, max_concurrency=8)
         config = RolloutConfig(n_groups=4, group_size=2, chat=ChatEnvConfig(max_turns=1))
-        trajectories = AsyncRolloutRunner("Ragen/FrozenLake-v0", policy, config).collect()
+        trajectories = AsyncRolloutRunner(SMOKE, policy, config).collect()
         assert len(trajectories) == 8 and all(len(t.turns) == 1 for t in trajectories)
         assert len(server.requests) == 8
         seeds = [body["seed"] for _, body in server.requests]
@@ -150,7 +151,7 @@ def test_openai_requests_are_in_flight_together(tokenizer):
 def test_collect_inside_an_event_loop_says_to_await(tokenizer):
     import asyncio
 
-    run = AsyncRolloutRunner("Ragen/FrozenLake-v0", PromptKeyed(tokenizer), CONFIG)
+    run = AsyncRolloutRunner(SMOKE, PromptKeyed(tokenizer), CONFIG)
 
     async def inside():
         with pytest.raises(RuntimeError, match="acollect"):
@@ -170,7 +171,7 @@ def test_the_trainer_and_eval_roll_out_asynchronously_when_asked(tokenizer, tmp_
     for asynchronous in (False, True):
         cfg = config(tmp_path / str(asynchronous))
         cfg = replace(cfg, rollout=replace(cfg.rollout, asynchronous=asynchronous))
-        trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+        trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer,
                           rollout_policy=PromptKeyed(tokenizer))
         assert isinstance(trainer.runner, AsyncRolloutRunner) == asynchronous
         collect = trainer.runner.collect
@@ -185,4 +186,4 @@ def test_the_trainer_and_eval_roll_out_asynchronously_when_asked(tokenizer, tmp_
         trainer.train()
     assert len(rollouts) == 2 and rollouts[0] == rollouts[1]  # the same episodes, token for token
     assert_same_gradients(*gradients)  # so the same steps (numerics.py: gradients, not weights after AdamW)
-    assert parse(["eval", "--env", "Ragen/FrozenLake-v0", "--asynchronous"]).asynchronous is True
+    assert parse(["eval", "--env", SMOKE, "--asynchronous"]).asynchronous is True

@@ -20,6 +20,7 @@ import torch
 from ragen_envs.agent import SamplingConfig
 from ragen_envs.agent.backends import make_policy
 from ragen_envs.agent.backends.openai import BackendError, OpenAIPolicy
+from conftest import SMOKE
 
 CHAT = [{"role": "user", "content": "Which way? Answer <answer>Up</answer>."}]
 
@@ -270,7 +271,7 @@ def _turns(policy, reuse):
     policy.reuse_cache, policy.prefilled_tokens = reuse, 0
     config = RolloutConfig(n_groups=2, group_size=2, seed=3, chat=ChatEnvConfig(max_turns=3),
                            sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=1))
-    return RolloutRunner("Ragen/FrozenLake-v0", policy, config).collect(), policy.prefilled_tokens
+    return RolloutRunner(SMOKE, policy, config).collect(), policy.prefilled_tokens
 
 
 def test_kept_kv_cache_gives_the_same_turns_and_prefills_only_new_tokens(tiny_policy):

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import collapse_diagnostics  # noqa: E402
 import findings  # noqa: E402
+from conftest import SMOKE  # noqa: E402
 
 
 def test_spearman_is_a_rank_correlation_with_ties():
@@ -28,7 +29,7 @@ def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
     (tmp_path / "cell").mkdir()
     (tmp_path / "cell" / "result.json").write_text(json.dumps({"cell": "cell", "val_success": 0.25}))
     monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("a finished cell was trained again"))
-    result = findings.run_cell(tmp_path, "cell", "Ragen/FrozenLake-v0", "m", None, findings.QUICK, None, 0)
+    result = findings.run_cell(tmp_path, "cell", SMOKE, "m", None, findings.QUICK, None, 0)
     assert result["val_success"] == 0.25
 
 
@@ -79,11 +80,9 @@ def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(sc
 def test_the_reward_audit_finds_no_policy_earning_without_doing_the_task():
     import reward_audit
 
-    from conftest import NO_SANDBOX
-    from ragen_envs.registry import ENVIRONMENTS, missing_modules
+    from conftest import USABLE_IDS
 
-    envs = [i for i, e in ENVIRONMENTS.items() if not missing_modules(e)
-            and not (e.extra == "code" and NO_SANDBOX is not None)]
+    envs = USABLE_IDS
     rows = reward_audit.audit(envs, episodes=4)
     assert {r["env"] for r in rows} == set(envs)
     assert [r for r in rows if r["verdict"] == "BUG"] == []

@@ -6,6 +6,8 @@ import re
 import pytest
 
 from ragen_envs.cli import main, parse
+from ragen_envs.registry import ENVIRONMENTS
+from conftest import DEFAULT, SMOKE, SMOKE_KWARGS
 
 
 @pytest.fixture
@@ -18,7 +20,7 @@ def model_dir(tiny_model, tokenizer, tmp_path):
 
 def test_eval_prints_the_table_and_saves(model_dir, tmp_path, capsys):
     out = tmp_path / "t.jsonl"
-    assert main(["eval", "--env", "Ragen/Sokoban-v0", "--env", "Ragen/FrozenLake-v0:1", "--groups", "1",
+    assert main(["eval", "--env", DEFAULT, "--env", f"{SMOKE}:1", "--groups", "1",
                  "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--model", model_dir,
                  "--save", str(out)]) == 0
     text = capsys.readouterr().out
@@ -28,7 +30,7 @@ def test_eval_prints_the_table_and_saves(model_dir, tmp_path, capsys):
 
 def test_train_then_plot(model_dir, tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "--env", "Ragen/FrozenLake-v0", "--model", model_dir, "--iterations", "2",
+    assert main(["train", "--env", SMOKE, "--model", model_dir, "--iterations", "2",
                  "--groups", "2", "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4",
                  "--filter", "top_p", "--output-dir", str(run), "--mixed-precision", "no"]) == 0
     out, err = capsys.readouterr()
@@ -41,7 +43,7 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
     assert [line.split()[0] for line in table[1:3]] == ["1", "2"] and table[3].startswith("run folder:")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     saved = json.loads((run / "config.json").read_text())  # the resolved config, to repeat the run
-    assert saved["env"] == {"Ragen/FrozenLake-v0": 2} and saved["model"] == model_dir
+    assert saved["env"] == {SMOKE: 2} and saved["model"] == model_dir
     assert saved["rollout"]["sampling"]["max_new_tokens"] == 4 and saved["filter"] == "top_p"
     assert [r["iteration"] for r in records] == [1, 2]
     assert (run / "metrics.png").stat().st_size > 1000
@@ -54,7 +56,7 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
 
 def test_bad_arguments_exit_with_a_message(capsys):
     with pytest.raises(SystemExit):
-        main(["train", "--env", "Ragen/FrozenLake-v0", "--algorithm", "a3c"])
+        main(["train", "--env", SMOKE, "--algorithm", "a3c"])
     assert "invalid choice" in capsys.readouterr().err
 
 
@@ -94,7 +96,7 @@ def test_every_config_field_is_a_flag_with_its_default_and_help(command, classes
             assert action.default == cli_args._default(f), f.name
             assert cli_args.field_comments(owner).get(f.name), f"{owner.__name__}.{f.name} has no help comment"
     # Parsing no flags gives the dataclass defaults, nested configs included.
-    args = parse([command, "--env", "Ragen/Sokoban-v0"])
+    args = parse([command, "--env", DEFAULT])
     if command == "train":
         assert cli_args.build(TrainerConfig, args) == TrainerConfig()
     else:
@@ -114,14 +116,14 @@ def test_a_saved_config_repeats_the_run_and_flags_override_it(tmp_path, suffix):
     saved = TrainerConfig(algorithm="dapo", num_iterations=7, filter="top_p", filter_value=0.5, beta=0.01,
                           rollout=RolloutConfig(n_groups=3, seed=5, chat=ChatEnvConfig(max_turns=2),
                                                 sampling=SamplingConfig(max_new_tokens=33, top_p=0.9)))
-    record = {"model": "some/model", "env": {"Ragen/FrozenLake-v0": 3}, **saved.to_dict()}
+    record = {"model": "some/model", "env": {SMOKE: 3}, **saved.to_dict()}
     path = tmp_path / f"run{suffix}"
     path.write_text(json.dumps(record) if suffix == ".json" else yaml.safe_dump(record))
     args = parse(["train", "--config", str(path)])
     assert cli_args.build(TrainerConfig, args) == saved
-    assert args.env == ["Ragen/FrozenLake-v0:3"] and args.model == "some/model"
-    args = parse(["train", "--config", str(path), "--max-turns", "4", "--env", "Ragen/Sokoban-v0"])
-    assert cli_args.build(TrainerConfig, args).rollout.chat.max_turns == 4 and args.env == ["Ragen/Sokoban-v0"]
+    assert args.env == [f"{SMOKE}:3"] and args.model == "some/model"
+    args = parse(["train", "--config", str(path), "--max-turns", "4", "--env", DEFAULT])
+    assert cli_args.build(TrainerConfig, args).rollout.chat.max_turns == 4 and args.env == [DEFAULT]
     path.write_text(json.dumps({"rollout": {"max_turn": 3}}))
     with pytest.raises(ValueError, match="rollout.'max_turn'"):
         parse(["train", "--config", str(path)])
@@ -161,25 +163,23 @@ def test_an_unknown_env_fails_before_any_model_loads(capsys):
     assert "unknown env 'Ragen/NoSuchEnv-v0'" in capsys.readouterr().err
 
 
-TRAIN = ["train", "--env", "Ragen/FrozenLake-v0", "--iterations", "1", "--groups", "1", "--group-size", "2"]
+TRAIN = ["train", "--env", SMOKE, "--iterations", "1", "--groups", "1", "--group-size", "2"]
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["eval", "--env", "Ragen/FrozenLake-v0", "--model", "/no/such/model"], "no model folder at /no/such/model"),
-    (["eval", "--env", "Ragen/FrozenLake-v0", "--model", "{empty}"], "is not a model folder (no config.json"),
-    (["eval", "--env", "Ragen/FrozenLake-v0", "--backend", "openai", "--model", "m"], "needs --tokenizer"),
-    (["eval", "--env", "Ragen/FrozenLake-v0:abc"], "must be a positive integer"),
-    (["eval", "--env", "Ragen/FrozenLake-v0", "--groups", "0"], "n_groups must be >= 1"),
-    (["eval", "--env", "Ragen/FrozenLake-v0", "--temperature", "-1"], "temperature must be >= 0"),
+    (["eval", "--env", SMOKE, "--model", "/no/such/model"], "no model folder at /no/such/model"),
+    (["eval", "--env", SMOKE, "--model", "{empty}"], "is not a model folder (no config.json"),
+    (["eval", "--env", SMOKE, "--backend", "openai", "--model", "m"], "needs --tokenizer"),
+    (["eval", "--env", f"{SMOKE}:abc"], "must be a positive integer"),
+    (["eval", "--env", SMOKE, "--groups", "0"], "n_groups must be >= 1"),
+    (["eval", "--env", SMOKE, "--temperature", "-1"], "temperature must be >= 0"),
     (TRAIN + ["--filter", "top_k", "--filter-value", "2"], "filter value (rho) must be in (0, 1] for top_k"),
     (TRAIN + ["--gamma", "1.5"], "gamma must be in [0, 1]"),
     (TRAIN + ["--save-total-limit", "0"], "save_total_limit must be >= 1"),
-    (TRAIN + ["--env-kwargs", '{"Ragen/Sokoban-v0": {"num_boxes": 2}}'], "Ragen/Sokoban-v0, which is not in this run"),
-    (TRAIN + ["--env-kwargs", '{"slip": 2}'], "slip"),
+    (TRAIN + ["--env-kwargs", json.dumps({DEFAULT: {}})], f"{DEFAULT}, which is not in this run"),
     (TRAIN + ["--env-kwargs", '{"colour": 2}'], "colour"),
-    (TRAIN + ["--env", "Ragen/Sokoban-v0", "--env-kwargs", '{"slip": 0.1}'], "not keyed by env id"),
+    (TRAIN + ["--env", DEFAULT, "--env-kwargs", '{"slip": 0.1}'], "not keyed by env id"),
     (TRAIN + ["--env-kwargs", "[1]"], "env_kwargs must be a JSON object"),
-    (["eval", "--env", "Ragen/Sokoban-v0", "--env-kwargs", '{"dim_room": [3, 3]}'], "too small for any box"),
     (TRAIN + ["--backend", "openai", "--model", "m"], "cannot load the trained weights"),
     (TRAIN + ["--freeze-layers", "-1"], "freeze_layers must be >= 0"),
 ])
@@ -206,7 +206,7 @@ def test_cuda_without_a_gpu_is_one_line(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     for command in (["eval"], TRAIN):
-        assert main([*command, "--env", "Ragen/FrozenLake-v0", "--device", "cuda"]) == 2
+        assert main([*command, "--env", SMOKE, "--device", "cuda"]) == 2
         assert "no CUDA GPU" in capsys.readouterr().err
 
 
@@ -217,26 +217,26 @@ def test_a_hub_id_that_is_neither_cached_nor_reachable_fails_fast(capsys, monkey
         raise ConnectionError("no network")
 
     monkeypatch.setattr(huggingface_hub, "model_info", offline)
-    assert main(["eval", "--env", "Ragen/FrozenLake-v0", "--model", "someone/not-cached-here"]) == 2
+    assert main(["eval", "--env", SMOKE, "--model", "someone/not-cached-here"]) == 2
     assert "Hub cannot be reached" in capsys.readouterr().err
 
 
 def test_debug_shows_the_traceback(capsys):
     with pytest.raises(ValueError, match="no model folder"):
-        main(["eval", "--env", "Ragen/FrozenLake-v0", "--model", "/no/such/model", "--debug"])
+        main(["eval", "--env", SMOKE, "--model", "/no/such/model", "--debug"])
     with pytest.raises(ValueError, match="no model folder"):
-        main(["--debug", "eval", "--env", "Ragen/FrozenLake-v0", "--model", "/no/such/model"])
+        main(["--debug", "eval", "--env", SMOKE, "--model", "/no/such/model"])
 
 
 def test_flat_env_kwargs_go_to_the_single_env(model_dir, tmp_path):
     from ragen_envs.agent import load_jsonl
 
     out = tmp_path / "t.jsonl"
-    assert main(["eval", "--env", "Ragen/FrozenLake-v0", "--groups", "1", "--group-size", "2", "--max-turns", "1",
+    assert main(["eval", "--env", SMOKE, "--groups", "1", "--group-size", "2", "--max-turns", "1",
                  "--max-new-tokens", "4", "--model", model_dir, "--save", str(out),
-                 "--env-kwargs", '{"size": 3, "slip": 0.2}']) == 0
+                 "--env-kwargs", json.dumps(SMOKE_KWARGS)]) == 0
     trajectory = load_jsonl(out)[0]
-    assert trajectory.env_kwargs == {"size": 3, "slip": 0.2}
+    assert SMOKE_KWARGS and trajectory.env_kwargs == SMOKE_KWARGS
     assert trajectory.transition_seed is not None
 
 
@@ -268,31 +268,34 @@ def test_list_says_which_envs_lack_their_extra(capsys, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bm25s" else real(name, *a))
     assert main(["list"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
-    assert 'pip install "ragen-envs[search]"' in lines["Ragen/SearchQA-v0"]
-    assert " yes " in lines["Ragen/Countdown-v0"]
+    searching = [e.id for e in ENVIRONMENTS.values() if "bm25s" in e.requires]
+    assert searching and all('pip install "ragen-envs[search]"' in lines[i] for i in searching)
+    core = [e.id for e in ENVIRONMENTS.values() if not e.extra and not e.system]
+    assert core and all(" yes " in lines[i] for i in core)
 
 
 def test_presets_set_the_defaults_and_flags_override_them():
     from ragen_envs.cli import args as cli_args
     from trainers import TrainerConfig
 
-    args = parse(["train", "--preset", "ragen2-main", "--env", "Ragen/WebShop-v0", "--algorithm", "ppo"])
+    args = parse(["train", "--preset", "ragen2-main", "--env", SMOKE, "--algorithm", "ppo"])
     cfg = cli_args.build(TrainerConfig, args)
     r = cfg.rollout
-    assert (r.n_groups, r.group_size, r.chat.max_turns, r.chat.max_actions_per_turn, r.sampling.max_new_tokens) == \
-        (8, 16, 9, 1, 400)
+    assert (r.n_groups, r.group_size, r.sampling.max_new_tokens) == (8, 16, 400)
     assert (cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.mini_batch_size, cfg.num_iterations) == \
         ("top_p", 0.9, "softmax", 32, 400)
     assert cfg.advantage == "gae" and cfg.critic == "separate"
-    countdown = TrainerConfig.from_preset("ragen2-main", "Ragen/Countdown-v0")
-    assert (countdown.rollout.chat.max_turns, countdown.rollout.chat.max_actions_per_turn) == (1, 1)
-    math = TrainerConfig.from_preset("ragen2-main", "Ragen/MetaMathQA-v0")
-    assert math.rollout.env_kwargs == {"Ragen/MetaMathQA-v0": {"max_attempts": 1}}  # RAGEN's one answer
-    quick = cli_args.build(TrainerConfig, parse(["train", "--preset", "cpu-quick", "--env", "Ragen/FrozenLake-v0",
+    for entry in ENVIRONMENTS.values():  # each env's own part of the preset is its catalogue entry's
+        own = entry.presets.get("ragen2-main", {})
+        run = TrainerConfig.from_preset("ragen2-main", entry.id).rollout
+        chat = {"max_turns": 5, "max_actions_per_turn": 2, **own.get("rollout", {}).get("chat", {})}
+        assert (run.chat.max_turns, run.chat.max_actions_per_turn) == (chat["max_turns"], chat["max_actions_per_turn"])
+        assert run.env_kwargs == ({entry.id: own["env_kwargs"]} if "env_kwargs" in own else {})
+    quick = cli_args.build(TrainerConfig, parse(["train", "--preset", "cpu-quick", "--env", SMOKE,
                                                  "--iterations", "5"]))
     assert quick.num_iterations == 5 and quick.rollout.group_size == 4 and quick.mini_batch_size == 8
     with pytest.raises(SystemExit):
-        parse(["train", "--preset", "huge", "--env", "Ragen/FrozenLake-v0"])
+        parse(["train", "--preset", "huge", "--env", SMOKE])
 
 
 def test_the_demo_warm_start_prompts_match_the_cpu_quick_runs():

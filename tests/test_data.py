@@ -11,8 +11,9 @@ import pytest
 
 import ragen_envs  # noqa: F401
 from ragen_envs import data
+from toy_envs import PICK_ID
 
-TASKS = [{"target": 10, "nums": [2, 5]}, {"target": 7, "nums": [3, 4]}]
+TASKS = [{"word": "cat"}, {"word": "dog"}]
 
 
 @pytest.fixture(autouse=True)
@@ -36,13 +37,13 @@ def test_local_files(tmp_path, suffix):
         import pyarrow.parquet as pq
 
         pq.write_table(pa.Table.from_pylist(TASKS), path)
-    env = gym.make("Ragen/Countdown-v0", dataset=str(path))
+    env = gym.make(PICK_ID, dataset=str(path))
     seen = {env.reset(seed=s)[0] for s in range(20)}
-    assert seen == {"Target: 10, nums: [2, 5]", "Target: 7, nums: [3, 4]"}
+    assert seen == {"Word: cat", "Word: dog"}
 
 
 @pytest.mark.parametrize("content, message", [
-    ("{\"target\": 1", "line 1 is not JSON"),
+    ("{\"word\": 1", "line 1 is not JSON"),
     ("", "holds no records"),
     ("[1, 2]", "record 0 is a int"),
 ])
@@ -50,14 +51,14 @@ def test_bad_files_fail_at_construction(tmp_path, content, message):
     path = tmp_path / ("t.json" if content.startswith("[") else "t.jsonl")
     path.write_text(content)
     with pytest.raises(ValueError, match=message):
-        gym.make("Ragen/Countdown-v0", dataset=str(path))
+        gym.make(PICK_ID, dataset=str(path))
 
 
 def test_other_bad_sources():
     with pytest.raises(ValueError, match="no such file"):
-        gym.make("Ragen/Countdown-v0", dataset="/no/such/file.jsonl")
+        gym.make(PICK_ID, dataset="/no/such/file.jsonl")
     with pytest.raises(ValueError, match="dataset must be"):
-        gym.make("Ragen/Countdown-v0", dataset=42)
+        gym.make(PICK_ID, dataset=42)
     with pytest.raises(ValueError, match=r"\.jsonl, \.json or \.parquet"):
         data.load_file(__file__, 0)
 
@@ -77,14 +78,14 @@ def fake_datasets(monkeypatch, rows=None, error=None):
 
 
 def test_the_hub_source_through_datasets(monkeypatch):
-    calls = fake_datasets(monkeypatch, rows=[{"query": "1 + 1?", "response": "The answer is: 2", "type": "x"}])
+    calls = fake_datasets(monkeypatch, rows=[{"word": "yak"}])
     monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)
-    env = gym.make("Ragen/MetaMathQA-v0", dataset="hub")
-    assert env.reset(seed=0)[0] == "1 + 1?" and env.step("2")[1] == 1.0
-    assert calls == [(("meta-math/MetaMathQA",), "train")]
-    calls = fake_datasets(monkeypatch, rows=[{"question": "q?", "answer": "a"}])
-    gym.make("Ragen/SearchQA-v0", dataset="hub", split="validation")
-    assert calls == [(("hotpotqa/hotpot_qa", "fullwiki"), "validation")]
+    env = gym.make(PICK_ID, dataset="hub")
+    assert env.reset(seed=0)[0] == "Word: yak" and env.step("yak")[1] == 1.0
+    assert calls == [(("ragen/pick-words",), "train")]
+    calls = fake_datasets(monkeypatch, rows=[{"word": "gnu"}])
+    gym.make(PICK_ID, dataset="hub:someone/words:small", split="validation")
+    assert calls == [(("someone/words", "small"), "validation")]
 
 
 def test_offline_the_hub_fails_fast_with_a_clear_message(monkeypatch):
@@ -94,7 +95,7 @@ def test_offline_the_hub_fails_fast_with_a_clear_message(monkeypatch):
     monkeypatch.setattr(data, "HUB_HOST", ("127.0.0.1", 9))  # nothing listens: refused at once
     start = time.monotonic()
     with pytest.raises(ValueError, match="cannot be reached and the dataset is not in the local cache"):
-        gym.make("Ragen/Countdown-v0", dataset="hub")
+        gym.make(PICK_ID, dataset="hub")
     assert time.monotonic() - start < 5
     import os
 
@@ -104,19 +105,8 @@ def test_offline_the_hub_fails_fast_with_a_clear_message(monkeypatch):
 def test_without_the_datasets_library_the_extra_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(ValueError, match=r'ragen-envs\[data\]'):
-        gym.make("Ragen/Countdown-v0", dataset="hub")
+        gym.make(PICK_ID, dataset="hub")
 
 
 def test_seeds_of_builtin_splits_never_overlap():
     assert data.seeded_index("test") - data.seeded_index("train") > 1 << 31
-
-
-def test_deepcoder_preview_through_the_hub_source(monkeypatch):
-    calls = fake_datasets(monkeypatch, rows=[{"problem": "Print the sum of two numbers.", "tests": json.dumps(
-        [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]), "metadata": "{}"}])
-    monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)
-    with pytest.warns(UserWarning, match="weaker"):
-        env = gym.make("Ragen/DeepCoder-v0", dataset="hub", sandbox="rlimit")
-    assert calls == [(("agentica-org/DeepCoder-Preview-Dataset", "lcbv5"), "train")]
-    assert env.reset(seed=0)[0].startswith("Print the sum of two numbers.")
-    assert env.step("```python\na, b = map(int, input().split())\nprint(a + b)\n```")[1] == 1.0

@@ -5,10 +5,14 @@ import json
 import gymnasium as gym
 import pytest
 
-from conftest import needs_sandbox
+from ragen_envs.registry import ENVIRONMENTS, system_problem
 from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.problems import (Problem, from_record, program_of, split_check, stdout_matches,
                                            values_match)
+
+# DeepCoder runs code only in its sandbox (`make test` installs bubblewrap where apt-get runs as root).
+SANDBOX_PROBLEM = system_problem(ENVIRONMENTS["Ragen/DeepCoder-v0"])
+needs_sandbox = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=str(SANDBOX_PROBLEM))
 
 CHECK = '''
 import math
@@ -122,3 +126,19 @@ def test_reference_solutions_pass_their_tests():
         env.problem = problem
         good, failed = env.evaluate(program_of(problem.solution, problem))
         assert not failed, (problem.id, failed[:1])
+
+
+def test_deepcoder_preview_through_the_hub_source(monkeypatch):
+    from ragen_envs import data
+    from test_data import fake_datasets
+
+    calls = fake_datasets(monkeypatch, rows=[{"problem": "Print the sum of two numbers.", "tests": json.dumps(
+        [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]), "metadata": "{}"}])
+    monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)
+    data.load_hub.cache_clear()
+    with pytest.warns(UserWarning, match="weaker"):
+        env = gym.make("Ragen/DeepCoder-v0", dataset="hub", sandbox="rlimit")
+    assert calls == [(("agentica-org/DeepCoder-Preview-Dataset", "lcbv5"), "train")]
+    assert env.reset(seed=0)[0].startswith("Print the sum of two numbers.")
+    assert env.step("```python\na, b = map(int, input().split())\nprint(a + b)\n```")[1] == 1.0
+    data.load_hub.cache_clear()

@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from tests.numerics import assert_same_gradients
+from conftest import SMOKE
 
 TOP_P = {"filter": "top_p", "filter_value": 0.9, "save_steps": 1}
 
@@ -38,7 +39,7 @@ def _worker(rank, world, port, out_dir, settings, data_parallel, resume_from):
         cfg = config(Path(out_dir), algorithm="grpo", n_groups=2, data_parallel=data_parallel,
                      output_dir=str(output_dir), **settings, **kw)
         # make_model: the same initial weights on every rank
-        return Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+        return Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer,
                        rollout_policy=SeededReplies(tokenizer))
 
     first = trainer(Path(out_dir) / "run")

@@ -146,3 +146,13 @@ def test_bad_maps_are_rejected():
         env.reset(options={"map": "____\n____\n____\n___G"})
     with pytest.raises(ValueError, match="symbols"):
         env.reset(options={"map": "P__#\n____\n____\n___G"})
+
+
+def test_presets_apply_and_kwargs_pass_through():
+    import gymnasium as gym
+
+    assert gym.make("Ragen/FrozenLakeSlippery-v0").unwrapped.slip == pytest.approx(2 / 3)
+    assert "slippery" in gym.make("Ragen/FrozenLakeSlippery-v0").unwrapped.instructions
+    lake = gym.make("Ragen/FrozenLake-v0", size=6, p=0.9, slip=0.25)
+    assert lake.unwrapped.slip == 0.25
+    assert len(lake.reset(seed=0)[0].splitlines()) == 6

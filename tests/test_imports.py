@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DEFAULT
+
 ROOT = Path(__file__).parent.parent
 TOP = ("cli", "remote", "integrations")
 LAYERS = ["contract", "envs", "agent", "trainers", "top"]
@@ -84,7 +86,7 @@ def test_old_import_paths_still_work_and_name_the_new_place():
 def test_import_and_make_load_no_torch():
     script = ("import json, sys, gymnasium as gym, ragen_envs\n"
               "for env_id in ragen_envs.ENVIRONMENTS:\n"
-              "    kwargs = {'sandbox': 'rlimit'} if env_id == 'Ragen/DeepCoder-v0' else {}\n"
+              "    kwargs = ragen_envs.ENVIRONMENTS[env_id].without_system\n"
               "    env = gym.make(env_id, **kwargs); env.reset(seed=0); env.step('x')\n"
               "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
               "('torch', 'transformers', 'trainers', 'fastapi', 'uvicorn', 'httpx', 'ray') "
@@ -98,7 +100,7 @@ def test_the_cli_parses_and_lists_without_torch():
     # `ragen list` and building every command's flags stay light; only running a model loads torch,
     # and only running the server loads its web stack.
     script = ("import json, sys; from ragen_envs.cli import main, parse; main(['list']);"
-              "[parse([c, '--env', 'Ragen/Sokoban-v0']) for c in ('eval', 'train', 'serve')];"
+              f"[parse([c, '--env', {DEFAULT!r}]) for c in ('eval', 'train', 'serve')];"
               "print(json.dumps(any(m in sys.modules for m in ('torch', 'fastapi', 'uvicorn'))))")
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout
     assert out.splitlines()[-1] == "false"

@@ -11,12 +11,13 @@ from transformers.utils import get_json_schema  # noqa: E402
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig  # noqa: E402
 from ragen_envs.agent.default_model import default_model_path  # noqa: E402
 from ragen_envs.integrations.trl import EnvRollout, ToolEnv, env_reward  # noqa: E402
+from conftest import SMOKE  # noqa: E402
 
 
 def test_grpo_trainer_trains_on_multi_turn_episodes(tmp_path, tokenizer):
     config = RolloutConfig(chat=ChatEnvConfig(max_turns=2),
                            sampling=SamplingConfig(max_new_tokens=16, temperature=1.0), seed=3)
-    rollout = EnvRollout("Ragen/FrozenLake-v0", config)
+    rollout = EnvRollout(SMOKE, config)
     seen = []
 
     def recorded(prompts, trainer):
@@ -64,7 +65,7 @@ def test_grpo_trainer_trains_on_multi_turn_episodes(tmp_path, tokenizer):
 
 
 def test_an_unknown_prompt_is_refused(tokenizer):
-    rollout = EnvRollout("Ragen/FrozenLake-v0")
+    rollout = EnvRollout(SMOKE)
     rollout.dataset(2)
 
     class Trainer:
@@ -76,7 +77,7 @@ def test_an_unknown_prompt_is_refused(tokenizer):
 
 
 def test_tool_env_follows_trls_environment_interface():
-    env = ToolEnv("Ragen/FrozenLake-v0")
+    env = ToolEnv(SMOKE)
     first = env.reset(seed=2, prompt=[{"role": "user", "content": "x"}])
     assert "frozen lake" in first.lower() and "P" in first
     schema = get_json_schema(env.act)  # what TRL shows the model as the tool

@@ -20,8 +20,9 @@ import pytest
 
 from ragen_envs.agent import ChatEnv
 from ragen_envs.agent import chat_encoding
+from conftest import SMOKE
 
-ENV = "Ragen/FrozenLake-v0"
+ENV = SMOKE
 
 
 def oracle_reply(chat: ChatEnv) -> str:

@@ -85,3 +85,16 @@ def test_other_sources_keep_metamathqas_fields(tmp_path):
         gym.make("Ragen/MetaMathQA-v0", dataset=[{"query": "x", "answer": "1"}])
     with pytest.raises(ValueError, match="The answer is"):
         gym.make("Ragen/MetaMathQA-v0", dataset=[{"query": "x", "response": "no answer"}])
+
+
+def test_the_hub_source_is_metamathqa(monkeypatch):
+    from ragen_envs import data
+    from test_data import fake_datasets
+
+    calls = fake_datasets(monkeypatch, rows=[{"query": "1 + 1?", "response": "The answer is: 2", "type": "x"}])
+    monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)
+    data.load_hub.cache_clear()
+    env = gym.make("Ragen/MetaMathQA-v0", dataset="hub")
+    assert env.reset(seed=0)[0] == "1 + 1?" and env.step("2")[1] == 1.0
+    assert calls == [(("meta-math/MetaMathQA",), "train")]
+    data.load_hub.cache_clear()

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from trainers.metrics import METRICS, PANELS, TABLE, MetricsLogger, draw, markdown_table, plot_run
+from conftest import SMOKE
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -67,7 +68,7 @@ def test_plot_run_titles_the_figure_with_the_run_settings(tmp_path):
     for r in records():
         logger.log(r)
     (tmp_path / "run-a" / "config.json").write_text(json.dumps({
-        "model": None, "env": {"Ragen/FrozenLake-v0": 8}, "algorithm": "dapo", "filter": "top_p",
+        "model": None, "env": {SMOKE: 8}, "algorithm": "dapo", "filter": "top_p",
         "filter_value": 0.9, "learning_rate": 1e-6, "rollout": {"group_size": 16}}))
     from trainers import metrics
 

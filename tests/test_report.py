@@ -10,6 +10,7 @@ import pytest
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, save_jsonl
 from ragen_envs.cli.report import png_data_uri, replay_frames, write_report
 from ragen_envs.cli import main
+from conftest import DEFAULT, SMOKE
 
 REPLIES = ["<think>I should move the box toward the target.</think><answer>Left || Down</answer>",
            "<think>I should move the box toward the target.</think><answer>Right || Up</answer>",
@@ -20,9 +21,9 @@ REPLIES = ["<think>I should move the box toward the target.</think><answer>Left 
 def trajectories(scripted):
     config = RolloutConfig(n_groups=2, group_size=3, chat=ChatEnvConfig(max_turns=3), seed=4,
                            sampling=SamplingConfig(max_new_tokens=32),
-                           env_kwargs={"Ragen/FrozenLake-v0": {"slip": 0.5, "render_mode": "rgb_array"},
-                                       "Ragen/Sokoban-v0": {"render_mode": "rgb_array"}})
-    runner = RolloutRunner({"Ragen/Sokoban-v0": 2, "Ragen/FrozenLake-v0": 2}, scripted(REPLIES), config)
+                           env_kwargs={SMOKE: {"slip": 0.5, "render_mode": "rgb_array"},
+                                       DEFAULT: {"render_mode": "rgb_array"}})
+    runner = RolloutRunner({DEFAULT: 2, SMOKE: 2}, scripted(REPLIES), config)
     trajs = runner.collect()
     return trajs, [env.env.render() for env in runner._envs]
 

@@ -15,10 +15,11 @@ import torch
 from ragen_envs.cli import main
 from tests.test_trainer import SeededReplies, config, make_model
 from trainers import Trainer
+from conftest import SMOKE
 
 
 def trainer(tokenizer, cfg):
-    return Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+    return Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer,
                    rollout_policy=SeededReplies(tokenizer))
 
 
@@ -50,9 +51,9 @@ def test_a_rollout_backend_factory_is_built_only_after_the_run_folder_is_checked
         return SeededReplies(tokenizer)
 
     with pytest.raises(ValueError, match="already holds a run"):
-        Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer, rollout_policy=factory)
+        Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=factory)
     assert built == []
-    fresh = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", replace(cfg, overwrite_output_dir=True),
+    fresh = Trainer(make_model(tokenizer), SMOKE, replace(cfg, overwrite_output_dir=True),
                     tokenizer=tokenizer, rollout_policy=factory)
     assert built == [1] and isinstance(fresh.rollout_policy, SeededReplies)
 
@@ -99,7 +100,7 @@ def finished_run(tmp_path_factory, tiny_model, tokenizer):
     model = root / "tiny"
     tiny_model.save_pretrained(model)
     tokenizer.save_pretrained(model)
-    args = ["train", "--env", "Ragen/FrozenLake-v0", "--model", str(model), "--iterations", "1", "--groups", "2",
+    args = ["train", "--env", SMOKE, "--model", str(model), "--iterations", "1", "--groups", "2",
             "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--mixed-precision", "no",
             "--output-dir", str(root / "run")]
     assert main(args) == 0

@@ -130,3 +130,15 @@ def test_a_search_r1_retrieval_server():
         server.server_close()
     obs, r, term, _, info = env.step("search[again]")  # the server is gone: said, not raised
     assert "Search failed" in obs and info["action_is_valid"] and not term
+
+
+def test_the_hub_source_is_hotpotqa(monkeypatch):
+    from ragen_envs import data
+    from test_data import fake_datasets
+
+    calls = fake_datasets(monkeypatch, rows=[{"question": "q?", "answer": "a"}])
+    monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)
+    data.load_hub.cache_clear()
+    gym.make("Ragen/SearchQA-v0", dataset="hub", split="validation")
+    assert calls == [(("hotpotqa/hotpot_qa", "fullwiki"), "validation")]
+    data.load_hub.cache_clear()

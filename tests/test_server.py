@@ -15,15 +15,13 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from ragen_envs.agent import ChatEnv, RolloutConfig, RolloutRunner
-from ragen_envs.registry import ENVIRONMENTS, REMOTE_ID, missing_modules
+from ragen_envs.registry import REMOTE_ID
 from ragen_envs.remote import RemoteEnv, RemoteEnvError
 from ragen_envs.remote.server import ServerConfig
 from ragen_envs.remote.server.app import create_app
-from conftest import NO_SANDBOX, ScriptedPolicy
+from conftest import DEFAULT, SMOKE, SMOKE_KWARGS, USABLE_IDS, ScriptedPolicy
 
-# Every catalogue env this machine can make (DeepCoder needs its sandbox).
-SERVED = [i for i, e in ENVIRONMENTS.items() if not missing_modules(e)
-          and not (i == "Ragen/DeepCoder-v0" and NO_SANDBOX is not None)]
+SERVED = USABLE_IDS  # every catalogue env this machine can make
 
 
 class LiveServer:
@@ -51,12 +49,12 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def live():
-    with LiveServer(ServerConfig(envs=["Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"])) as server:
+    with LiveServer(ServerConfig(envs=[SMOKE, DEFAULT])) as server:
         yield server
 
 
 def app_client(**overrides) -> TestClient:
-    return TestClient(create_app(ServerConfig(**{"envs": ["Ragen/FrozenLake-v0"], **overrides})))
+    return TestClient(create_app(ServerConfig(**{"envs": [SMOKE], **overrides})))
 
 
 def play(env, seed: int, steps: int = 12) -> list:
@@ -98,10 +96,10 @@ def test_a_remote_env_plays_the_local_episode(env_id):
 
 
 def test_images_cross_the_wire_exactly():
-    with TestClient(create_app(ServerConfig(envs=["Ragen/Sokoban-v0"],
-                                            env_kwargs={"Ragen/Sokoban-v0": {"observation_type": "both"}}))) as c:
+    with TestClient(create_app(ServerConfig(envs=[DEFAULT],
+                                            env_kwargs={DEFAULT: {"observation_type": "both"}}))) as c:
         remote = RemoteEnv(client=c, render_mode="rgb_array")
-        local = gym.make("Ragen/Sokoban-v0", observation_type="both", render_mode="rgb_array")
+        local = gym.make(DEFAULT, observation_type="both", render_mode="rgb_array")
         (obs, _), (expected, _) = remote.reset(seed=4), local.reset(seed=4)
         assert obs["image"].dtype == np.uint8 and np.array_equal(obs["image"], expected["image"])
         assert remote.observation_space.contains(obs)
@@ -114,25 +112,25 @@ REPLIES = ["<think>go</think><answer>Down</answer>", "<think>hm</think><answer>L
 
 def test_the_runner_and_chat_env_take_a_remote_env_by_id(live, tokenizer):
     # The same grouped rollouts, with the same scripted replies, from local and remote envs.
-    kwargs = {"url": live.url, "env_id": "Ragen/FrozenLake-v0"}
+    kwargs = {"url": live.url, "env_id": SMOKE}
     config = RolloutConfig(n_groups=2, group_size=2, seed=5)
     remote = RolloutRunner(REMOTE_ID, ScriptedPolicy(tokenizer, REPLIES), replace(config, env_kwargs=kwargs))
-    local = RolloutRunner("Ragen/FrozenLake-v0", ScriptedPolicy(tokenizer, REPLIES), config)
+    local = RolloutRunner(SMOKE, ScriptedPolicy(tokenizer, REPLIES), config)
     got, expected = remote.collect(), local.collect()
     assert [t.messages for t in got] == [t.messages for t in expected]
     assert [[turn.reward for turn in t.turns] for t in got] == [[turn.reward for turn in t.turns] for t in expected]
     assert [t.success for t in got] == [t.success for t in expected]
     assert any(turn.reward != 0 for t in got for turn in t.turns)  # the episodes did something
     chat = ChatEnv(REMOTE_ID, **kwargs)
-    assert chat.instructions == ChatEnv("Ragen/FrozenLake-v0").instructions
+    assert chat.instructions == ChatEnv(SMOKE).instructions
     chat.env.close()
 
 
 def test_openenvs_own_client_drives_the_server(live):
     from openenv.core.generic_client import GenericEnvClient
 
-    local = gym.make("Ragen/Sokoban-v0")
-    with GenericEnvClient(base_url=f"{live.url}/envs/Ragen/Sokoban-v0").sync() as env:
+    local = gym.make(DEFAULT)
+    with GenericEnvClient(base_url=f"{live.url}/envs/{DEFAULT}").sync() as env:
         result = env.reset(seed=11)
         obs, _ = local.reset(seed=11)
         assert result.observation["text"] == obs and result.done is False
@@ -150,13 +148,13 @@ def test_openenvs_own_client_drives_the_server(live):
             env.step({"move": "Up"})  # an error reply; the session goes on
         assert env.step({"action": "Up"}).done  # terminal states are absorbing
     with GenericEnvClient(base_url=live.url).sync() as env:  # /ws serves the first env
-        assert env.reset(seed=1).observation["text"] == gym.make("Ragen/FrozenLake-v0").reset(seed=1)[0]
-        assert env.state()["env_id"] == "Ragen/FrozenLake-v0"
+        assert env.reset(seed=1).observation["text"] == gym.make(SMOKE).reset(seed=1)[0]
+        assert env.state()["env_id"] == SMOKE
 
 
 def test_many_concurrent_sessions_keep_their_own_episodes(live):
     def episode(seed):
-        env = gym.make(REMOTE_ID, url=live.url, env_id="Ragen/FrozenLake-v0")
+        env = gym.make(REMOTE_ID, url=live.url, env_id=SMOKE)
         try:
             return play(env, seed)
         finally:
@@ -164,7 +162,7 @@ def test_many_concurrent_sessions_keep_their_own_episodes(live):
 
     with ThreadPoolExecutor(16) as pool:
         remote = list(pool.map(episode, range(32)))
-    assert all(same(r, play(gym.make("Ragen/FrozenLake-v0"), seed)) for seed, r in enumerate(remote))
+    assert all(same(r, play(gym.make(SMOKE), seed)) for seed, r in enumerate(remote))
 
 
 def error(response):
@@ -258,7 +256,7 @@ def test_server_config_is_checked():
     with pytest.raises(ValueError, match="max_sessions"):
         ServerConfig(max_sessions=0)
     with pytest.raises(ValueError, match="not served"):
-        ServerConfig(envs=["Ragen/Sokoban-v0"], env_kwargs={"Ragen/FrozenLake-v0": {}})
+        ServerConfig(envs=[DEFAULT], env_kwargs={SMOKE: {}})
 
 
 def test_ragen_serve_takes_its_settings_from_flags(monkeypatch):
@@ -268,9 +266,9 @@ def test_ragen_serve_takes_its_settings_from_flags(monkeypatch):
     monkeypatch.setattr(app, "serve", seen.append)
     from ragen_envs.cli import main
 
-    assert main(["serve", "--env", "Ragen/FrozenLake-v0", "--env", "Ragen/Sokoban-v0", "--port", "0",
-                 "--max-sessions", "5", "--env-kwargs", '{"Ragen/Sokoban-v0": {"num_boxes": 2}}']) == 0
+    assert main(["serve", "--env", SMOKE, "--env", DEFAULT, "--port", "0",
+                 "--max-sessions", "5", "--env-kwargs", json.dumps({SMOKE: SMOKE_KWARGS})]) == 0
     config = seen[0]
-    assert config.envs == ["Ragen/FrozenLake-v0", "Ragen/Sokoban-v0"] and config.max_sessions == 5
-    assert config.host == "127.0.0.1" and config.env_kwargs == {"Ragen/Sokoban-v0": {"num_boxes": 2}}
-    assert main(["serve", "--env", "Ragen/FrozenLake-v0", "--idle-timeout-s", "0"]) == 2
+    assert config.envs == [SMOKE, DEFAULT] and config.max_sessions == 5
+    assert config.host == "127.0.0.1" and config.env_kwargs == {SMOKE: SMOKE_KWARGS}
+    assert main(["serve", "--env", SMOKE, "--idle-timeout-s", "0"]) == 2

@@ -5,16 +5,17 @@ import pytest
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, parse_response
 from trainers.config import SFTConfig
 from trainers.sft import demonstrations, warm_start
+from conftest import DEFAULT, OPEN_TEXT, SMOKE
 
 
-@pytest.mark.parametrize("env_id", ["Ragen/FrozenLake-v0", "Ragen/Sokoban-v0", "Ragen/Countdown-v0"])
+@pytest.mark.parametrize("env_id", [SMOKE, DEFAULT, OPEN_TEXT])
 def test_demonstrations_are_oracle_replies_in_the_rl_format(env_id, tokenizer):
     demos = demonstrations([env_id], tokenizer, SFTConfig(episodes=12, imperfect=0.0))
     assert demos and all(d.oracle for d in demos)
     firsts = {}
     for d in demos:
         reply = "<think>" + tokenizer.decode(d.response_ids, skip_special_tokens=True)
-        parsed = parse_response(reply, 2, True, split=env_id != "Ragen/Countdown-v0")
+        parsed = parse_response(reply, 2, True, split=env_id != OPEN_TEXT)
         assert parsed.format_ok and parsed.reasoning
         firsts.setdefault(d.seed, (tokenizer.decode(d.prompt_ids), parsed.reasoning))
     # The reasoning follows the state: different first boards, different first reasonings.
@@ -25,15 +26,15 @@ def test_demonstrations_are_oracle_replies_in_the_rl_format(env_id, tokenizer):
 
 def test_a_demonstration_prompt_is_the_rl_prompt(tokenizer, scripted):
     sft = SFTConfig(episodes=1, imperfect=0.0, chat=ChatEnvConfig(max_turns=1))
-    demo = demonstrations(["Ragen/FrozenLake-v0"], tokenizer, sft)[0]
-    runner = RolloutRunner("Ragen/FrozenLake-v0", scripted(["<answer>Up</answer>"]),
+    demo = demonstrations([SMOKE], tokenizer, sft)[0]
+    runner = RolloutRunner(SMOKE, scripted(["<answer>Up</answer>"]),
                            RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1),
                                          sampling=SamplingConfig(max_new_tokens=sft.max_new_tokens)))
     assert runner.collect()[0].turns[0].prompt_ids == demo.prompt_ids  # same template, prefill included
 
 
 def test_the_imperfect_share(tokenizer):
-    demos = demonstrations(["Ragen/FrozenLake-v0"], tokenizer, SFTConfig(episodes=40, imperfect=0.5))
+    demos = demonstrations([SMOKE], tokenizer, SFTConfig(episodes=40, imperfect=0.5))
     share = sum(not d.oracle for d in demos) / len(demos)
     assert 0.3 < share < 0.7
     guesses = [tokenizer.decode(d.response_ids) for d in demos if not d.oracle]
@@ -47,7 +48,7 @@ def test_warm_start_lowers_the_loss_and_saves_a_model_eval_can_load(tiny_model, 
 
     cfg = SFTConfig(episodes=3, imperfect=0.0, epochs=4, batch_size=2, learning_rate=3e-3, freeze_layers=0,
                     output_dir=str(tmp_path / "warm"))
-    record = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], cfg, tokenizer=tokenizer)
+    record = warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)
     assert record["last_loss"] < record["first_loss"]
     policy = TransformersPolicy(str(tmp_path / "warm"), device="cpu")
     assert policy.model.config.hidden_size == tiny_model.config.hidden_size
@@ -62,7 +63,7 @@ def test_bad_settings():
 def test_an_episode_trains_as_one_sequence_with_the_loss_on_its_replies(tokenizer):
     from trainers.sft import episodes
 
-    demos = demonstrations(["Ragen/FrozenLake-v0"], tokenizer,
+    demos = demonstrations([SMOKE], tokenizer,
                            SFTConfig(episodes=5, imperfect=0.0, chat=ChatEnvConfig(max_turns=3)))
     sequences = episodes(demos)
     assert len(sequences) == 5 < len(demos)  # several turns per episode, one sequence each
@@ -82,12 +83,12 @@ def test_a_warm_start_with_the_same_settings_is_reused_and_another_is_not_replac
     import copy
 
     cfg = SFTConfig(episodes=2, imperfect=0.0, batch_size=2, freeze_layers=0, output_dir=str(tmp_path / "warm"))
-    first = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], cfg, tokenizer=tokenizer)
-    again = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], cfg, tokenizer=tokenizer)
+    first = warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)
+    again = warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)
     assert again["cached"] and again["last_loss"] == first["last_loss"] and "already in" in capsys.readouterr().out
     other = SFTConfig(**{**cfg.__dict__, "episodes": 3})
     with pytest.raises(ValueError, match="--overwrite"):
-        warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"], other, tokenizer=tokenizer)
-    replaced = warm_start(copy.deepcopy(tiny_model), ["Ragen/FrozenLake-v0"],
+        warm_start(copy.deepcopy(tiny_model), [SMOKE], other, tokenizer=tokenizer)
+    replaced = warm_start(copy.deepcopy(tiny_model), [SMOKE],
                           SFTConfig(**{**other.__dict__, "overwrite_output_dir": True}), tokenizer=tokenizer)
     assert not replaced.get("cached") and replaced["config"]["episodes"] == 3

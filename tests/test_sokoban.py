@@ -192,3 +192,17 @@ def test_a_room_too_small_for_any_box_says_so(dim_room):
     with pytest.raises(ValueError, match=r"too small for any box.*three free cells in a line"):
         gym.make("Ragen/Sokoban-v0", dim_room=dim_room)
     assert gym.make("Ragen/Sokoban-v0", dim_room=(3, 5)).reset(seed=0)[0].count("X") == 1
+
+
+def test_presets_apply_and_can_be_overridden():
+    assert gym.make("Ragen/SokobanLarger-v0").unwrapped.dim_room == (8, 8)
+    assert gym.make("Ragen/SokobanLarger-v0", dim_room=(7, 7)).unwrapped.dim_room == (7, 7)
+
+
+def test_kwargs_pass_through():
+    env = gym.make("Ragen/Sokoban-v0", dim_room=(7, 8), num_boxes=2, max_steps=30, search_depth=50)
+    obs, _ = env.reset(seed=3)
+    rows = obs.splitlines()
+    assert len(rows) == 7 and all(len(r) == 8 for r in rows)
+    assert sum(r.count("X") + r.count("√") for r in rows) == 2
+    assert env.unwrapped.max_steps == 30

@@ -15,6 +15,7 @@ from trainers.batch import Layout, collate, minibatches, trajectory_samples, upd
 from trainers.metrics import METRICS
 
 from tests.numerics import assert_same_gradients, record_gradients
+from conftest import DEFAULT, SMOKE, SMOKE_KWARGS
 
 REPLIES = ["<think>the goal is right</think><answer>Right</answer>",
            "<think>maybe down then left</think><answer>Down || Left</answer>",
@@ -54,7 +55,7 @@ def make_model(tokenizer, seed=0):
 def config(tmp_path, n_groups=3, group_size=4, max_new_tokens=24, env_kwargs=None, **kw):
     rollout = RolloutConfig(n_groups=n_groups, group_size=group_size, chat=ChatEnvConfig(max_turns=2),
                             sampling=SamplingConfig(max_new_tokens=max_new_tokens),
-                            env_kwargs={"size": 3} if env_kwargs is None else env_kwargs)
+                            env_kwargs=dict(SMOKE_KWARGS) if env_kwargs is None else env_kwargs)
     # plot=False: drawing metrics.png takes longer than an iteration here; one test draws it
     base = dict(num_iterations=1, learning_rate=1e-2, output_dir=str(tmp_path / "run"), mixed_precision="no",
                 micro_batch_size=4, rollout=rollout, plot=False)
@@ -80,7 +81,7 @@ def test_one_iteration_changes_the_weights_and_logs_every_metric(algorithm, toke
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     cfg = config(tmp_path, algorithm=algorithm, filter="top_p", plot=algorithm == "grpo")
-    trainer = Trainer(model, "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    trainer = Trainer(model, SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[0]
     assert EXPECTED_KEYS <= metrics.keys(), EXPECTED_KEYS - metrics.keys()
     documented = {m.key for m in METRICS if m.key != "loss/kl"}  # KL is off by default, as in RAGEN's runs
@@ -104,7 +105,7 @@ def test_skipped_batch_leaves_weights_alone(tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # The tiny model's own replies are never valid: every return is the same, the total RV is 0.
-    metrics = Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, filter="top_p", max_new_tokens=6),
+    metrics = Trainer(model, SMOKE, config(tmp_path, filter="top_p", max_new_tokens=6),
                       tokenizer=tokenizer).train()[0]
     assert metrics["filter/skipped"] == 1 and metrics["filter/kept_groups"] == 0
     assert "loss/policy" not in metrics
@@ -112,7 +113,7 @@ def test_skipped_batch_leaves_weights_alone(tokenizer, tmp_path):
 
 
 def test_only_kept_groups_are_trained(tokenizer, tmp_path, monkeypatch):
-    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0",
+    trainer = Trainer(make_model(tokenizer), SMOKE,
                       config(tmp_path, filter="top_k", filter_value=0.33), tokenizer=tokenizer,
                       rollout_policy=SeededReplies(tokenizer))
     seen = []
@@ -126,9 +127,8 @@ def test_only_kept_groups_are_trained(tokenizer, tmp_path, monkeypatch):
 def test_own_rollouts_with_an_entropy_bonus_update_the_model(tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = Trainer(model, "Ragen/Sokoban-v0", config(tmp_path, entropy_coef=0.1, max_new_tokens=8, env_kwargs={},
-                                                        n_groups=2, group_size=2),
-                      tokenizer=tokenizer).train()[0]
+    cfg = config(tmp_path, entropy_coef=0.1, max_new_tokens=8, env_kwargs={}, n_groups=2, group_size=2)
+    metrics = Trainer(model, DEFAULT, cfg, tokenizer=tokenizer).train()[0]
     assert metrics["mi/empty_reasoning_rate"] == 1.0  # a random model writes no <think> blocks
     assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
@@ -137,7 +137,7 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tokenizer, tmp_pa
     def run(directory, iterations, resume=None):
         cfg = config(directory, algorithm="ppo", num_iterations=iterations, save_steps=1,
                      resume_from_checkpoint=resume, filter="top_p", beta=0.01)
-        return Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+        return Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer,
                        rollout_policy=SeededReplies(tokenizer)).train()
 
     def strip(records):
@@ -207,7 +207,7 @@ def test_group_advantages_are_per_trajectory_across_segments():
 def test_the_run_stops_after_iterations_in_a_row_that_keep_nothing(tokenizer, tmp_path, capsys):
     # The tiny model's own replies are never valid: every group's returns are equal, nothing is kept.
     cfg = config(tmp_path, filter="top_p", num_iterations=5, filter_empty_stop=2, max_new_tokens=6)
-    history = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer).train()
+    history = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer).train()
     assert [m["filter/empty_streak"] for m in history] == [1.0, 2.0]
     assert "stopping early" in capsys.readouterr().out
 
@@ -215,14 +215,14 @@ def test_the_run_stops_after_iterations_in_a_row_that_keep_nothing(tokenizer, tm
 @pytest.mark.parametrize("metric", ["entropy", "entropy_std", "length", "mean"])
 def test_the_filter_ranks_by_other_scores(metric, tokenizer, tmp_path):
     cfg = config(tmp_path, filter="top_k", filter_value=0.34, filter_metric=metric)
-    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+    trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer,
                       rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[0]
     assert metrics["filter/kept_groups"] == 1  # int(0.34 * 3)
 
 
 def test_mi_follows_ragens_schedule(tokenizer, tmp_path):
-    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path, mi_every=5),
+    trainer = Trainer(make_model(tokenizer), SMOKE, config(tmp_path, mi_every=5),
                       tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     due = []
     for iteration in range(12):
@@ -237,7 +237,7 @@ def test_a_fixed_minibatch_means_fewer_steps_when_fewer_groups_are_kept(tokenize
     for value in (1.0, 0.67, 0.34):
         cfg = config(tmp_path / str(value), filter="top_k", filter_value=value, mini_batch_size=4,
                      filter_metric="mean")
-        trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer,
+        trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer,
                           rollout_policy=SeededReplies(tokenizer))
         updates.append(trainer.train()[0]["loss/updates"])
     assert updates == [3.0, 2.0, 1.0]
@@ -259,7 +259,7 @@ def test_a_kept_batch_is_padded_with_copies_or_trimmed():
 def test_a_shared_critic_trains_the_trunk_only_when_asked(backprop, tokenizer, tmp_path):
     model = make_model(tokenizer)
     cfg = config(tmp_path, algorithm="ppo", critic="shared", critic_backprop=backprop)
-    trainer = Trainer(model, "Ragen/FrozenLake-v0", cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    trainer = Trainer(model, SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     assert trainer.critic_trunk is None
     batch = collate(trajectory_samples(trainer.runner.collect()[0], 0)[:1], tokenizer.pad_token_id)
     logp, entropy, values = trainer._token_outputs(trainer.scorer, batch)
@@ -294,7 +294,7 @@ class SeededRepliesWithEntropy(SeededReplies):
 
 def _trained(tokenizer, tmp_path, force_pass, **kw):
     """One iteration; returns its metrics, how many no-grad passes ran, and each step's gradients."""
-    trainer = Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0",
+    trainer = Trainer(make_model(tokenizer), SMOKE,
                       config(tmp_path / str(force_pass), filter="none", mini_batch_size=64, **kw),
                       tokenizer=tokenizer, rollout_policy=SeededRepliesWithEntropy(tokenizer))
     passes = []
@@ -324,10 +324,10 @@ def test_an_on_policy_update_skips_the_no_grad_pass_and_trains_the_same(tokenize
 def test_frozen_bottom_layers_stay_as_they_were(tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    Trainer(model, "Ragen/FrozenLake-v0", config(tmp_path, filter="none", freeze_layers=1), tokenizer=tokenizer,
+    Trainer(model, SMOKE, config(tmp_path, filter="none", freeze_layers=1), tokenizer=tokenizer,
             rollout_policy=SeededReplies(tokenizer)).train()
     changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
     assert changed and all(k.startswith("model.layers.1.") or k == "model.norm.weight" for k in changed), changed
     with pytest.raises(ValueError, match="2 decoder layers"):
-        Trainer(make_model(tokenizer), "Ragen/FrozenLake-v0", config(tmp_path / "x", freeze_layers=3),
+        Trainer(make_model(tokenizer), SMOKE, config(tmp_path / "x", freeze_layers=3),
                 tokenizer=tokenizer)

@@ -16,6 +16,7 @@ from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, Sampli
 from ragen_envs.agent.backends.openai import OpenAIPolicy  # noqa: E402
 from ragen_envs.agent.backends.transformers import TransformersPolicy  # noqa: E402
 from ragen_envs.agent.default_model import default_model_path  # noqa: E402
+from conftest import SMOKE  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Which way? Answer <answer>Up</answer>."}]
 
@@ -59,7 +60,7 @@ def test_load_weights_changes_the_engine(policy, reference):
 def test_rollout_with_vllm(policy):
     config = RolloutConfig(n_groups=2, group_size=2, chat=ChatEnvConfig(max_turns=2),
                            sampling=SamplingConfig(max_new_tokens=24, seed=0))
-    trajs = RolloutRunner("Ragen/FrozenLake-v0", policy, config).collect()
+    trajs = RolloutRunner(SMOKE, policy, config).collect()
     assert len(trajs) == 4 and all(t.num_turns >= 1 for t in trajs)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from ragen_envs import TextEnv
+from ragen_envs import TextEnv, data
 
 GUESS_ID = "RagenTest/Guess-v0"
 
@@ -51,3 +51,51 @@ class GuessEnv(TextEnv):
 
 if GUESS_ID not in gym.registry:
     gym.register(GUESS_ID, entry_point=GuessEnv)
+
+
+PICK_ID = "RagenTest/Pick-v0"
+WORDS = ("cat", "dog", "owl", "bee", "elk")
+
+
+class PickEnv(TextEnv):
+    """Repeat the word of the episode: a dataset-backed toy (``ragen_envs.data.Source``), so the data
+    sources are tested on an env of the tests' own. Records: ``{"word": ...}``; built in: generated;
+    ``"hub"``: the dataset ``ragen/pick-words``."""
+
+    instructions = "Repeat the word you are shown."
+
+    def __init__(self, dataset="builtin", split: str = "train", render_mode: str | None = None):
+        super().__init__(max_steps=2, render_mode=render_mode)
+        self.source = data.Source(dataset, split, ("word",), "ragen/pick-words", _word,
+                                  generate=lambda rng: rng.choice(WORDS))
+        self.word, self.said = "", None
+
+    def _new_episode(self, options):
+        self.word, self.said = self.source.sample(self.np_random), None
+        return {}
+
+    def parse_action(self, action):
+        return action.strip() or None
+
+    def _apply(self, word):
+        self.said = word
+        return float(word == self.word), True, True
+
+    def _text(self):
+        return f"Word: {self.word}"
+
+    def _is_success(self):
+        return self.said == self.word
+
+    def oracle_action(self):
+        return self.word
+
+
+def _word(record, where):
+    if not isinstance(record["word"], str) or not record["word"]:
+        raise ValueError(f"{where}: word must be a non-empty string")
+    return record["word"]
+
+
+if PICK_ID not in gym.registry:
+    gym.register(PICK_ID, entry_point=PickEnv)

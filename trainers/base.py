@@ -19,6 +19,7 @@ from ragen_envs.agent import progress
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
 from ragen_envs.agent.rollout import check_envs
+from ragen_envs.registry import env_for
 from trainers import checkpoint, mi, run_folder
 from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig
@@ -32,7 +33,8 @@ from trainers.setup import model_name, prepare_model, use_bf16
 class TrainerBase:
     """Args:
         model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default.
-        env: an env id, or a dict env id -> number of prompt groups (a mix; overrides rollout.n_groups).
+        env: an env id, or a dict env id -> number of prompt groups (a mix; overrides rollout.n_groups);
+            None: the catalogue's default env.
         config: the hyperparameters.
         callbacks: objects with ``on_iteration_end(trainer, iteration, metrics)``.
         Resuming (``config.resume_from_checkpoint``) takes the same initial ``model``: it is the KL
@@ -43,7 +45,7 @@ class TrainerBase:
             update through its ``load_weights``. Default: the trained model itself.
     """
 
-    def __init__(self, model=None, env: str | dict[str, int] = "Ragen/Sokoban-v0",
+    def __init__(self, model=None, env: str | dict[str, int] | None = None,
                  config: TrainerConfig | None = None, tokenizer=None, callbacks=(), device: str | None = None,
                  rollout_policy=None):
         cfg = config or TrainerConfig()
@@ -51,7 +53,7 @@ class TrainerBase:
         self.model_name = model_name(model)
         # Everything that can be checked without the model is checked before it loads.
         self.device = pick_device(device)
-        mix = check_envs(env, cfg.rollout)
+        mix = check_envs(env or env_for("default"), cfg.rollout)
         self.output_dir = self._run_folder(cfg, mix)
         self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
         resume, resume_state = None, None

@@ -7,6 +7,7 @@ from typing import Literal
 
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
+from ragen_envs.registry import ENVIRONMENTS
 from trainers import filtering
 from trainers.filtering import METRICS, ORDERS, PROB_MODES, STRATEGIES
 
@@ -193,6 +194,10 @@ class TrainerConfig:
         return cls(**data, rollout=RolloutConfig(**rollout))
 
 
+CPU_QUICK_CHAT = {"max_turns": 3}  # the cpu-quick preset's turns and reply budget, which SFT's defaults match
+CPU_QUICK_TOKENS = 64
+
+
 @dataclass
 class SFTConfig:
     episodes: int = 60  # oracle episodes per env
@@ -206,9 +211,9 @@ class SFTConfig:
     # replace a warm start made with other settings in output_dir (the same settings are reused as they are)
     overwrite_output_dir: bool = field(default=False, metadata={"flag": "overwrite"})
     # the reply budget each prompt states: the RL run's --max-new-tokens, so prompts match exactly
-    max_new_tokens: int = 64
+    max_new_tokens: int = CPU_QUICK_TOKENS
     # turns and format, as in the RL runs (prompts state the turns left); defaults: the cpu-quick preset's
-    chat: ChatEnvConfig = field(default_factory=lambda: ChatEnvConfig(max_turns=3))
+    chat: ChatEnvConfig = field(default_factory=lambda: ChatEnvConfig(**CPU_QUICK_CHAT))
 
     def __post_init__(self):
         if self.episodes < 1 or self.epochs < 1 or self.batch_size < 1:
@@ -219,32 +224,41 @@ class SFTConfig:
             raise ValueError("learning_rate must be > 0 and freeze_layers >= 0")
 
 
-# Named settings: nested dicts of TrainerConfig fields (the shape of a run's config.json).
+# Named settings: nested dicts of TrainerConfig fields (the shape of a run's config.json), with each env's
+# own part in its catalogue entry (``EnvEntry.presets``).
 # "ragen2-main" is RAGEN's main-table run (config/base.yaml, the per-env configs and
 # scripts/runs/run_main_table_diff_algo.sh): P = 8 groups x G = 16, 400 tokens a turn, 5 turns of up to
-# 2 actions (10 actions an episode) for the games, one answer for Countdown and MetaMathQA (its config
-# allows one action), 9 turns of one action for WebShop; top-p 0.9 over the softmax of the groups' reward
-# std, mini-batches of 32, 400 iterations. "cpu-quick" is a few minutes on 2 CPU cores (`make demo`).
-MAIN_TABLE_TURNS = {"Ragen/Countdown-v0": (1, 1), "Ragen/MetaMathQA-v0": (1, 1), "Ragen/WebShop-v0": (9, 1)}
-MAIN_TABLE_ENV_KWARGS = {"Ragen/MetaMathQA-v0": {"max_attempts": 1}, "Ragen/SokobanCoord-v0": {"max_steps": 10},
-                         "Ragen/Sokoban-v0": {"max_steps": 10}, "Ragen/FrozenLakeCoord-v0": {"max_steps": 10},
-                         "Ragen/FrozenLake-v0": {"max_steps": 10}}
+# 2 actions (10 actions an episode) unless the env's entry says otherwise; top-p 0.9 over the softmax of
+# the groups' reward std, mini-batches of 32, 400 iterations. "cpu-quick" is a few minutes on 2 CPU cores
+# (`make demo`).
 PRESETS = ("ragen2-main", "cpu-quick")
 
 
 def preset(name: str, env: str | None = None) -> dict:
     """The settings of preset ``name`` for ``env`` (the run's single env, for per-env settings)."""
     if name == "cpu-quick":
-        return {"num_iterations": 6, "filter": "top_p", "filter_value": 0.9, "learning_rate": 1e-5,
+        base = {"num_iterations": 6, "filter": "top_p", "filter_value": 0.9, "learning_rate": 1e-5,
                 "mini_batch_size": 8, "mi_every": 1, "freeze_layers": 20,
-                "rollout": {"n_groups": 2, "group_size": 4, "chat": {"max_turns": 3},
-                            "sampling": {"max_new_tokens": 64, "temperature": 1.0}}}
-    if name == "ragen2-main":
-        turns, actions = MAIN_TABLE_TURNS.get(env, (5, 2))
-        env_kwargs = {env: dict(MAIN_TABLE_ENV_KWARGS[env])} if env in MAIN_TABLE_ENV_KWARGS else {}
-        return {"num_iterations": 400, "filter": "top_p", "filter_value": 0.9, "filter_prob_mode": "softmax",
+                "rollout": {"n_groups": 2, "group_size": 4, "chat": dict(CPU_QUICK_CHAT),
+                            "sampling": {"max_new_tokens": CPU_QUICK_TOKENS, "temperature": 1.0}}}
+    elif name == "ragen2-main":
+        base = {"num_iterations": 400, "filter": "top_p", "filter_value": 0.9, "filter_prob_mode": "softmax",
                 "filter_metric": "std", "include_zero": True, "mini_batch_size": 32, "learning_rate": 1e-6,
-                "rollout": {"n_groups": 8, "group_size": 16, "env_kwargs": env_kwargs,
-                            "chat": {"max_turns": turns, "max_actions_per_turn": actions},
+                "rollout": {"n_groups": 8, "group_size": 16, "chat": {"max_turns": 5, "max_actions_per_turn": 2},
                             "sampling": {"max_new_tokens": 400, "temperature": 1.0}}}
-    raise ValueError(f"preset must be one of {PRESETS}, got {name!r}")
+    else:
+        raise ValueError(f"preset must be one of {PRESETS}, got {name!r}")
+    entry = ENVIRONMENTS.get(env)
+    own = dict(entry.presets.get(name, {})) if entry else {}
+    env_kwargs = own.pop("env_kwargs", None)
+    if env_kwargs:
+        own = _merged(own, {"rollout": {"env_kwargs": {env: dict(env_kwargs)}}})
+    return _merged(base, own)
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """``base`` with ``over``'s values, nested dicts merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out

@@ -170,6 +170,14 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     return record
 
 
+def warm_start_dir(env_id: str) -> Path:
+    """Where ``make demo`` and the findings scripts keep the default model's warm start on ``env_id``:
+    the user cache, one folder per env."""
+    from ragen_envs.agent.default_model import cache_dir
+
+    return cache_dir() / "warm-start" / env_id.split("/")[-1].lower()
+
+
 def _previous(out: Path) -> dict | None:
     """The record of a complete warm start in ``out`` (its weights written), else None."""
     try:

@@ -63,6 +63,8 @@ class RagenMultiTurnEnv(vf.MultiTurnEnv):
         return [dict(chat.messages[-1])]
 
 
-def load_environment(env_id: str = "Ragen/Sokoban-v0", num_examples: int = 256, **kwargs) -> RagenMultiTurnEnv:
-    """verifiers' entry point for an environment module."""
-    return RagenMultiTurnEnv(env_id, num_examples, **kwargs)
+def load_environment(env_id: str | None = None, num_examples: int = 256, **kwargs) -> RagenMultiTurnEnv:
+    """verifiers' entry point for an environment module (``env_id`` None: the catalogue's default env)."""
+    from ragen_envs.registry import env_for
+
+    return RagenMultiTurnEnv(env_id or env_for("default"), num_examples, **kwargs)

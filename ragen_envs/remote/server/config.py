@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ragen_envs.registry import ENVIRONMENTS
+from ragen_envs.registry import ENVIRONMENTS, env_for
 
 TOKEN_VARIABLE = "RAGEN_SERVE_TOKEN"
 
 
 @dataclass
 class ServerConfig:
-    envs: list[str] = field(default_factory=lambda: ["Ragen/Sokoban-v0"])  # env ids served; the first is /ws's
+    envs: list[str] = field(default_factory=lambda: [env_for("default")])  # env ids served; the first is /ws's
     host: str = "127.0.0.1"  # bind address; "0.0.0.0" opens the server to the network
     port: int = 8000  # 0: any free port
     max_sessions: int = 1024  # sessions open at once; one more is refused (503, "capacity")
