@@ -142,3 +142,23 @@ def test_deepcoder_preview_through_the_hub_source(monkeypatch):
     assert env.reset(seed=0)[0].startswith("Print the sum of two numbers.")
     assert env.step("```python\na, b = map(int, input().split())\nprint(a + b)\n```")[1] == 1.0
     data.load_hub.cache_clear()
+
+
+def test_integers_compare_exactly_and_nothing_a_program_returns_raises():
+    # Red-team findings: a relative tolerance passed off-by-one answers of seven digits, and a huge
+    # integer where a float was expected raised OverflowError out of env.step.
+    assert not stdout_matches("832041\n", "832040\n") and not values_match(832041, 832040)
+    assert not stdout_matches("12345678901234567891", "12345678901234567890")
+    assert stdout_matches("1.0", "1") and values_match(2.0, 2) and values_match(0.30000000001, 0.3)
+    assert values_match(10 ** 400, 0.5) is False and values_match(-10 ** 400, 1e300) is False
+
+
+def test_no_generated_problem_is_solved_by_a_constant_or_an_echo():
+    import collections
+    import random
+
+    for i in range(problems.GENERATED_COUNT):
+        p = problems.generate(random.Random(i), i)
+        outputs = collections.Counter(t["expected"].strip() for t in p.tests)
+        assert max(outputs.values()) <= (len(p.tests) + 1) // 2, (p.id, outputs)
+        assert not any(stdout_matches(t["stdin"], t["expected"]) for t in p.tests), p.id

@@ -298,3 +298,24 @@ BOMBS = {
 def test_resource_attacks_earn_nothing_and_leave_nothing(tmp_path, bomb):
     _, feedback = attack(tmp_path, BOMBS[bomb])
     assert len(feedback) < 3000  # the summary stays short whatever the program printed
+
+
+def test_dev_holds_device_nodes_only_and_no_shared_memory_escapes_the_limits():
+    # Red-team findings: bubblewrap's tmpfs /dev (and /dev/shm) held files outside scratch_mb, handed
+    # out the host's pseudo-terminals, and memfd / SysV shared memory counted against no limit.
+    program = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nout = []\n"
+               "for p in ('/dev/shm/x', '/dev/x'):\n    try:\n        open(p, 'w').write('x')\n"
+               "        out.append('wrote ' + p)\n    except OSError:\n        pass\n"
+               "try:\n    os.openpty()\n    out.append('pty')\nexcept OSError:\n    pass\n"
+               "try:\n    os.memfd_create('x')\n    out.append('memfd')\nexcept OSError:\n    pass\n"
+               "if libc.shmget(0, 1 << 20, 0o1600) != -1:\n    out.append('shm')\n"
+               "print(out, sorted(os.listdir('/dev')))")
+    assert inside(program) == "[] ['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"
+
+
+def test_a_huge_return_value_is_refused_inside_not_parsed_here(tmp_path):
+    import time
+
+    start = time.monotonic()
+    _, feedback = attack(tmp_path, f"def {CALLS.entry_point}(*args):\n    return 'x' * 3_000_000", CALLS)
+    assert "over 1024 KB" in feedback and time.monotonic() - start < 60  # a bound, not a timing claim

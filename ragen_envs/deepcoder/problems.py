@@ -49,16 +49,19 @@ class Problem:
 
 
 # -- comparing outputs (here, outside the sandbox) --------------------------------------------------
+INTEGER = re.compile(r"[+-]?\d+")
+
+
 def _number(text: str) -> float | None:
     try:
         value = float(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     return value if math.isfinite(value) else None
 
 
 def stdout_matches(got: str, expected: str) -> bool:
-    """Line by line after stripping; tokens that are numbers match within a tolerance."""
+    """Line by line after stripping; two integer tokens match exactly, other numbers within a tolerance."""
     a, b = got.strip().splitlines(), expected.strip().splitlines()
     if len(a) != len(b):
         return False
@@ -71,6 +74,10 @@ def stdout_matches(got: str, expected: str) -> bool:
         for u, v in zip(xs, ys):
             if u == v:
                 continue
+            if INTEGER.fullmatch(u) and INTEGER.fullmatch(v):  # integers exactly: no tolerance passes an off-by-one
+                if int(u) != int(v):
+                    return False
+                continue
             nu, nv = _number(u), _number(v)
             if nu is None or nv is None or abs(nu - nv) > TOLERANCE * max(1.0, abs(nv)):
                 return False
@@ -79,11 +86,17 @@ def stdout_matches(got: str, expected: str) -> bool:
 
 def values_match(got, expected) -> bool:
     """Plain values (``runner.encode``'s): types must agree (a bool is not a number; a tuple is not a
-    list, except that a list expected from JSON data also takes a tuple), numbers within a tolerance."""
+    list, except that a list expected from JSON data also takes a tuple); integers exactly, a float on
+    either side within a tolerance. Never raises, whatever the program returned."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(got) is type(expected) and got == expected
+    if type(expected) is int and type(got) is int:
+        return got == expected
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return abs(got - expected) <= TOLERANCE * max(1.0, abs(expected))
+        try:
+            return abs(got - expected) <= TOLERANCE * max(1.0, abs(expected))
+        except OverflowError:  # an integer too large for a float: not the expected number
+            return False
     if type(expected) is list and type(got) in (list, tuple) or type(expected) is tuple and type(got) is tuple:
         return len(got) == len(expected) and all(values_match(g, e) for g, e in zip(got, expected))
     if isinstance(expected, dict) and isinstance(got, dict):
@@ -326,22 +339,26 @@ GENERATED_COUNT = 336  # with HumanEval's 164: 500 built-in problems
 TESTS_PER_PROBLEM = 5
 
 
-def _not_an_echo(case) -> tuple[str, str]:
-    """A case whose expected output is not its input: a program that prints its input back (a word
-    reversed when it is one word, a running maximum of a rising list) must not pass it."""
-    for _ in range(100):
+def _cases(case, n: int) -> list[tuple[str, str]]:
+    """``n`` cases of a template: none whose expected output is its input (a program that prints its
+    input back, a word reversed when it is one word, must not pass it), and no expected output in more
+    than half of them, rounded up (printing a constant, "YES" or "1", must not pass the problem)."""
+    cases: list[tuple[str, str]] = []
+    for _ in range(100 * n):
         stdin, expected = case()
-        if not stdout_matches(stdin, expected):
-            return stdin, expected
-    raise RuntimeError("a generated problem's cases all echo their input")
+        repeats = sum(stdout_matches(e, expected) for _, e in cases)
+        if not stdout_matches(stdin, expected) and repeats < (n + 1) // 2:
+            cases.append((stdin, expected))
+            if len(cases) == n:
+                return cases
+    raise RuntimeError("a generated problem's cases echo their input or keep one output")
 
 
 def generate(rng: random.Random, index: int = 0) -> Problem:
     """A stdin/stdout problem: a template with drawn parameters, its reference solution and tests."""
     template = rng.choice(GENERATED)
     text, solution, case = template(rng)
-    cases = (_not_an_echo(case) for _ in range(TESTS_PER_PROBLEM))
-    tests = tuple({"kind": "stdio", "stdin": i, "expected": o} for i, o in cases)
+    tests = tuple({"kind": "stdio", "stdin": i, "expected": o} for i, o in _cases(case, TESTS_PER_PROBLEM))
     statement = f"{text}\nRead from standard input and print to standard output. Answer with a ```python block."
     return Problem(f"generated/{index}", statement, tests, solution)
 

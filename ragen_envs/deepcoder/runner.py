@@ -174,9 +174,9 @@ def _submission(program, test, limits, folder, stdio, channel):
         if kind == "call":
             value = _function(scope, test["fn_name"])(*decode(test["args"]))
             _flush()
-            _send(channel[0], {"value": encode(value)})
+            _send(channel[0], _capped({"value": encode(value)}, limits["value_kb"] << 10))
         elif kind == "assert":
-            _serve(_function(scope, test["fn_name"]), channel, limits)
+            _serve(_function(scope, test["fn_name"]), channel, limits["value_kb"] << 10)
     except SystemExit as stop:
         if kind != "stdio" or stop.code not in (None, 0):
             code = 1
@@ -196,12 +196,12 @@ def _function(scope, name):
     return fn
 
 
-def _serve(fn, channel, limits):
+def _serve(fn, channel, limit):
     """Answer the judge's calls until it hangs up."""
     requests, answers = channel
     while True:
         try:
-            call = _receive(requests, limits["file_mb"] << 20)
+            call = _receive(requests, limit)
         except EOFError:
             return
         try:
@@ -211,7 +211,14 @@ def _serve(fn, channel, limits):
         except BaseException as error:
             record = {"error": _error_text(error)}
         _flush()
-        _send(answers, record)
+        _send(answers, _capped(record, limit))
+
+
+def _capped(record, limit):
+    """``record``, or an error in its place when it is larger than the runner reads."""
+    if len(json.dumps(record)) > limit:
+        return {"error": f"ValueError: the returned value is over {limit // 1024} KB"}
+    return record
 
 
 def _report(kind, channel, text):
@@ -259,7 +266,7 @@ def _judge(test, limits, channel, verdict):
         _set_limits(limits, processes=False)
         scope = {"__name__": "judge", "__builtins__": builtins}
         exec(compile(test.get("trusted", ""), "<problem>", "exec"), scope)
-        scope[test.get("candidate", test["fn_name"])] = Candidate(*channel, limits["file_mb"] << 20)
+        scope[test.get("candidate", test["fn_name"])] = Candidate(*channel, limits["value_kb"] << 10)
         exec(compile(test.get("prelude", ""), "<test>", "exec"), scope)
         exec(compile(test["code"], "<test>", "exec"), scope)
         record = {"status": "ok"}
@@ -441,7 +448,7 @@ def _reap():
 def run_test(program, test, limits, work, own_namespace, zygote):
     folder = tempfile.mkdtemp(prefix="t", dir=work)  # a new name: never a path an earlier test planted
     cap = limits["output_chars"] * 4
-    limit = limits["file_mb"] << 20
+    limit = limits["value_kb"] << 10  # the largest record: a return value, a judge's call or verdict
     stdin_r, stdin_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -499,14 +506,14 @@ def run_test(program, test, limits, work, own_namespace, zygote):
         verdict = _record(pump.buffers[verdict_r]) or {"status": "killed", "error": "the judge ended without a verdict"}
         return {**out, "status": verdict.get("status"), "error": verdict.get("error", "")}
     record = _record(pump.buffers[result_r]) if kind == "call" else None
+    if record is not None and "error" in record:
+        return {**out, "status": "error", "error": str(record["error"])[:500]}
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         if kind == "stdio":
             return {**out, "status": "ok"}
         if record is not None and "value" in record:
             return {**out, "status": "ok", "value": record["value"]}
         return {**out, "status": "error", "error": "the program exited before returning a value"}
-    if record is not None and "error" in record:
-        return {**out, "status": "error", "error": str(record["error"])[:500]}
     if os.WIFEXITED(status):
         why = out["stderr"].strip().splitlines()[-1:] or [f"exit status {os.WEXITSTATUS(status)}"]
         return {**out, "status": "error", "error": why[0][:500]}

@@ -50,6 +50,12 @@ from ragen_envs.deepcoder.runner import decode, encode
 
 RUNNER = Path(__file__).with_name("runner.py")
 SYSTEM_PYTHON = Path("/usr/bin/python3")
+# /dev: the few device nodes a program uses, read-only; no /dev/shm, no pseudo-terminals (a tmpfs /dev,
+# bubblewrap's --dev, would hold files outside scratch_mb and hand out the host's ptys)
+DEVICES = ["--dir", "/dev", *(arg for name in ("null", "zero", "full", "random", "urandom")
+                              for arg in ("--dev-bind", f"/dev/{name}", f"/dev/{name}")),
+           "--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
+           "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink", "/proc/self/fd/2", "/dev/stderr"]
 NOBODY = 65534
 INSIDE_PYTHON = "/sandbox/python"
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
@@ -66,6 +72,7 @@ class Limits:
     processes: int = 32  # processes of the sandbox's user (fork bombs stop here)
     output_chars: int = 4096  # captured stdout / stderr per test
     scratch_mb: int = 64  # the submission's /work and /tmp together (bubblewrap: one size-limited tmpfs)
+    value_kb: int = 1024  # the largest return value a call test passes back, encoded
 
     def __post_init__(self):
         for name, value in asdict(self).items():
@@ -134,9 +141,9 @@ class Sandbox:
             return [Run("killed", error=f"the sandbox failed: {detail[0][:300]}")] * len(tests)
         try:
             records = json.loads(body)
-            runs = [Run(**{k: r.get(k) for k in Run.__dataclass_fields__ if k in r}) for r in records]
-            runs = [Run(**{**asdict(r), "value": decode(r.value)}) for r in runs]
-        except (ValueError, TypeError, AttributeError, RecursionError):
+            runs = [Run(**{k: decode(r[k]) if k == "value" else r[k] for k in Run.__dataclass_fields__ if k in r})
+                    for r in records]
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError, ArithmeticError):
             return [Run("killed", error="the sandbox's results could not be read")] * len(tests)
         return runs + [Run("killed", error="the sandbox stopped before this test")] * (len(tests) - len(runs))
 
@@ -198,10 +205,14 @@ class Bubblewrap(Sandbox):
                 command += ["--symlink", os.readlink(link), f"/{name}"]
             elif link.is_dir():
                 command += ["--ro-bind", str(link), f"/{name}"]
-        runner = str(_pipe_with(RUNNER.read_bytes(), fds))
+        # The runner goes in as a file (a pipe of it could block: a uid's pipe buffers are capped).
+        runner = host_dir / "runner.py"
+        shutil.copyfile(RUNNER, runner)
+        runner.chmod(0o644)
+        host_dir.chmod(0o755)  # bubblewrap may run as nobody
         command += ["--perms", "0755", "--dir", "/sandbox", *bind_python,
-                    "--perms", "0444", "--ro-bind-data", runner, "/sandbox/runner.py",
-                    "--proc", "/proc", "--dev", "/dev",
+                    "--ro-bind", str(runner), "/sandbox/runner.py",
+                    "--proc", "/proc", *DEVICES,
                     "--size", str(self.limits.scratch_mb << 20), "--perms", "0755", "--tmpfs", "/work",
                     "--perms", "1777", "--dir", "/work/tmp", "--symlink", "/work/tmp", "/tmp",
                     "--remount-ro", "/", "--chdir", "/work", "--clearenv",

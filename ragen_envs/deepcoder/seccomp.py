@@ -9,8 +9,9 @@ Denied with EPERM: whatever could reach the kernel's less-guarded corners or ano
 sandbox: new namespaces (``unshare``, ``setns``, ``clone`` with a CLONE_NEW* flag), mounts, ``ptrace``
 and ``process_vm_readv``/``writev`` (the judge and the runner are not to be read or patched), BPF,
 keyrings, io_uring, perf events, userfaultfd, kernel modules, kexec, reboot, swap, clocks, handle-based
-opens. ``clone3`` answers ENOSYS (its flags sit behind a pointer a filter cannot read), so the C
-library falls back to ``clone``, whose flags are checked. x86_64's x32 system calls and any other
+opens, and memory no limit counts (``memfd_create``, SysV shared memory). ``clone3`` answers ENOSYS
+(its flags sit behind a pointer a filter cannot read), so the C library falls back to ``clone``, whose
+flags are checked. x86_64's x32 system calls and any other
 architecture than the one the filter was built for are refused.
 """
 
@@ -35,7 +36,7 @@ DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns",
           "perf_event_open", "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module",
           "delete_module", "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at", "acct",
           "quotactl", "syslog", "kcmp", "lookup_dcookie", "settimeofday", "clock_settime", "adjtimex",
-          "clock_adjtime", "fanotify_init")
+          "clock_adjtime", "fanotify_init", "memfd_create", "memfd_secret", "shmget", "shmat", "shmctl")
 
 # The system call numbers (from the kernel's unistd headers) and the audit arch of each machine.
 TABLES = {
@@ -49,6 +50,7 @@ TABLES = {
         "swapon": 167, "swapoff": 168, "open_by_handle_at": 304, "name_to_handle_at": 303, "acct": 163,
         "quotactl": 179, "syslog": 103, "kcmp": 312, "lookup_dcookie": 212, "settimeofday": 164,
         "clock_settime": 227, "adjtimex": 159, "clock_adjtime": 305, "fanotify_init": 300,
+        "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31,
         "clone": 56, "clone3": 435}),
     "aarch64": (0xC00000B7, {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "unshare": 97, "setns": 268,
@@ -60,6 +62,7 @@ TABLES = {
         "swapon": 224, "swapoff": 225, "open_by_handle_at": 265, "name_to_handle_at": 264, "acct": 89,
         "quotactl": 60, "syslog": 116, "kcmp": 272, "lookup_dcookie": 18, "settimeofday": 170,
         "clock_settime": 112, "adjtimex": 171, "clock_adjtime": 266, "fanotify_init": 262,
+        "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "shmat": 196, "shmctl": 195,
         "clone": 220, "clone3": 435}),
 }
 
