@@ -121,7 +121,7 @@ def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
             "val_format_valid": float(np.mean([t.format_valid for t in trajectories]))}
 
 
-def summarize(history: list[dict]) -> dict:
+def run_summary(history: list[dict]) -> dict:
     """A run's figures: proxies averaged over the later half of its iterations, once they have settled a
     little; the kept ratio and the phase timings over all of them."""
     def mean(key, records):
@@ -162,7 +162,7 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     start = time.perf_counter()
     trainer = Trainer(model, env, config, device=args.device, rollout_policy=rollout_policy)
     history = trainer.train()
-    result = {"cell": name, "seed": seed, **summarize(history),
+    result = {"cell": name, "seed": seed, **run_summary(history),
               **evaluate(trainer.policy, env, config.rollout.env_kwargs, s, seed),
               "wall_s": time.perf_counter() - start, "config": config.to_dict()}
     done.write_text(json.dumps(result, indent=2) + "\n")

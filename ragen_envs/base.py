@@ -32,6 +32,8 @@ Subclasses implement ``_new_episode``, ``parse_action``, ``_apply``, ``_observat
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any
 
 import gymnasium as gym
@@ -180,6 +182,24 @@ class TextEnv(LLMEnv):
 def observation_text(obs) -> str:
     """The text of an observation: the observation itself, or its "text" part (grid envs with images)."""
     return obs["text"] if isinstance(obs, dict) else str(obs)
+
+
+def check_choices(config) -> None:
+    """A ValueError for each field of the dataclass ``config`` typed ``Literal[...]`` (or ``... | None``)
+    whose value is not one of its choices: a config's option sets are written once, in its types."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        hint = hints.get(f.name)
+        options = [hint] if typing.get_origin(hint) is typing.Literal else list(typing.get_args(hint))
+        choices = [c for option in options if typing.get_origin(option) is typing.Literal
+                   for c in typing.get_args(option)]
+        if not choices:
+            continue
+        if type(None) in options:
+            choices.append(None)
+        value = getattr(config, f.name)
+        if value not in choices:
+            raise ValueError(f"{f.name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 def check_positive_int(name: str, value) -> None:

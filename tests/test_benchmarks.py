@@ -37,7 +37,7 @@ def test_a_run_summary_averages_the_later_iterations():
     history = [{"mi/retrieval_acc": 0.2, "filter/kept_ratio": 1.0, "time/update_s": 2.0},
                {"mi/retrieval_acc": 0.6, "filter/kept_ratio": 0.5, "time/update_s": 4.0},
                {"mi/retrieval_acc": 0.8, "filter/kept_ratio": 0.0}]
-    summary = findings.summarize(history)
+    summary = findings.run_summary(history)
     assert summary["retrieval_acc"] == pytest.approx(0.7)  # the last half: iterations 2 and 3
     assert summary["kept_ratio"] == pytest.approx(0.5)  # all iterations
     assert summary["update_s"] == pytest.approx(3.0)

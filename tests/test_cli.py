@@ -171,7 +171,7 @@ TRAIN = ["train", "--env", SMOKE, "--iterations", "1", "--groups", "1", "--group
     (["eval", "--env", SMOKE, "--model", "{empty}"], "is not a model folder (no config.json"),
     (["eval", "--env", SMOKE, "--backend", "openai", "--model", "m"], "needs --tokenizer"),
     (["eval", "--env", f"{SMOKE}:abc"], "must be a positive integer"),
-    (["eval", "--env", SMOKE, "--groups", "0"], "n_groups must be >= 1"),
+    (["eval", "--env", SMOKE, "--groups", "0"], "n_groups must be a positive integer"),
     (["eval", "--env", SMOKE, "--temperature", "-1"], "temperature must be >= 0"),
     (TRAIN + ["--filter", "top_k", "--filter-value", "2"], "filter value (rho) must be in (0, 1] for top_k"),
     (TRAIN + ["--gamma", "1.5"], "gamma must be in [0, 1]"),

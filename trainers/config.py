@@ -7,6 +7,7 @@ from typing import Literal
 
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
+from ragen_envs.base import check_choices, check_positive_int
 from ragen_envs.registry import ENVIRONMENTS
 from trainers import filtering
 from trainers.filtering import METRICS, ORDERS, PROB_MODES, STRATEGIES
@@ -133,8 +134,7 @@ class TrainerConfig:
             if not ok:
                 raise ValueError(f"{name} must be {what}, got {getattr(self, name)!r}")
 
-        check("algorithm", self.algorithm in ALGORITHMS, f"one of {ALGORITHMS}")
-        check("filter_metric", self.filter_metric in METRICS, f"one of {METRICS}")
+        check_choices(self)  # every Literal-typed field against its choices
         filtering.check(self.filter, self.filter_value, self.filter_prob_mode, self.filter_order)
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
@@ -144,8 +144,6 @@ class TrainerConfig:
         for name in ("mi_every", "mi_first_turn_pairs", "mi_trajectory_pairs", "logging_steps", "save_steps",
                      "save_rollouts_steps", "filter_empty_stop"):
             check(name, getattr(self, name) >= 0, ">= 0")
-        check("save_strategy", self.save_strategy in ("steps", "no"), "steps or no")
-        check("data_parallel", self.data_parallel in ("ddp", "fsdp"), "ddp or fsdp")
         check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
         for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):
             check(name, getattr(self, name) > 0, "> 0")
@@ -154,19 +152,13 @@ class TrainerConfig:
         check("epsilon_high", self.epsilon_high is None or self.epsilon_high > 0, "> 0 or None")
         check("dual_clip", self.dual_clip is None or self.dual_clip > 1, "> 1 or None")
         check("beta", self.beta >= 0, ">= 0")
-        check("advantage", self.advantage is None or self.advantage in ADVANTAGES, f"one of {ADVANTAGES}")
-        check("critic", self.critic in CRITICS, f"one of {CRITICS}")
         check("gamma", 0 <= self.gamma <= 1, "in [0, 1]")
         check("lam", 0 <= self.lam <= 1, "in [0, 1]")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
-        check("mixed_precision", self.mixed_precision in PRECISIONS, f"one of {PRECISIONS}")
         check("mini_batch_size", self.mini_batch_size is None or self.mini_batch_size >= 1, ">= 1 or None")
-        check("batch_adjust", self.batch_adjust in ("copy", "delete"), "copy or delete")
         check("learning_rate", self.learning_rate > 0, "> 0")
-        check("loss_type", self.loss_type is None or self.loss_type in LOSS_TYPES, f"one of {LOSS_TYPES}")
-        check("scale_rewards", self.scale_rewards is None or self.scale_rewards in SCALES, f"one of {SCALES}")
         defaults = ALGORITHM_DEFAULTS[self.algorithm]
         for name in ("advantage", "loss_type", "scale_rewards"):
             if getattr(self, name) is None:
@@ -216,8 +208,8 @@ class SFTConfig:
     chat: ChatEnvConfig = field(default_factory=lambda: ChatEnvConfig(**CPU_QUICK_CHAT))
 
     def __post_init__(self):
-        if self.episodes < 1 or self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("episodes, epochs and batch_size must be >= 1")
+        for name in ("episodes", "epochs", "batch_size"):
+            check_positive_int(name, getattr(self, name))
         if not 0 <= self.imperfect <= 1:
             raise ValueError(f"imperfect must be in [0, 1], got {self.imperfect}")
         if self.learning_rate <= 0 or self.freeze_layers < 0:

@@ -22,7 +22,7 @@ import gymnasium as gym
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent import prompts
 from ragen_envs.agent.parsing import parse_response
-from ragen_envs.base import observation_text
+from ragen_envs.base import check_positive_int, observation_text
 
 
 @dataclass
@@ -50,10 +50,8 @@ class ChatEnvConfig:
     penalize_invalid_actions: bool = True
 
     def __post_init__(self):
-        if self.max_actions_per_turn < 1:
-            raise ValueError(f"max_actions_per_turn must be >= 1, got {self.max_actions_per_turn}")
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        check_positive_int("max_actions_per_turn", self.max_actions_per_turn)
+        check_positive_int("max_turns", self.max_turns)
 
 
 class ChatEnv:

@@ -31,6 +31,7 @@ from ragen_envs.agent.backends.base import Policy, SamplingConfig
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
 from ragen_envs.agent.parsing import THINK_OPEN
 from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
+from ragen_envs.base import check_positive_int
 
 
 @dataclass
@@ -49,10 +50,9 @@ class RolloutConfig:
 
     def __post_init__(self):
         for name in ("n_groups", "group_size", "env_workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
-            raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {self.max_prompt_tokens}")
+            check_positive_int(name, getattr(self, name))
+        if self.max_prompt_tokens is not None:
+            check_positive_int("max_prompt_tokens", self.max_prompt_tokens)
         if not isinstance(self.env_kwargs, dict):
             raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
 

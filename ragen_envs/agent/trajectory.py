@@ -111,7 +111,7 @@ class Trajectory:
         return cls(**data, turns=turns)
 
 
-def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
+def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Episodes, success rate, return mean and std, format validity, turns and response tokens per turn."""
     n = len(trajectories)
     returns = [t.episode_return for t in trajectories]

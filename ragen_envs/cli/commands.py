@@ -47,23 +47,23 @@ def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
     return mix
 
 
-# Table columns: (header, key of ragen_envs.agent.trajectory.summarize)
+# Table columns: (header, key of ragen_envs.agent.trajectory.rollout_metrics)
 COLUMNS = [("episodes", "episodes"), ("success", "success"), ("random", "random_success"),
            ("return", "return_mean"), ("format_valid", "format_valid"), ("turns", "turns"),
            ("response_tokens", "response_length")]
 
 
-def summarize(trajectories, chat) -> dict[str, dict[str, float]]:
+def per_env_metrics(trajectories, chat) -> dict[str, dict[str, float]]:
     """Per env: the rollout summary (success rate, mean return, format validity, turns, tokens), and the
     success of random valid actions on the same episodes (nan for open-text envs)."""
     from ragen_envs.agent.baseline import random_success
-    from ragen_envs.agent.trajectory import summarize as summary
+    from ragen_envs.agent.trajectory import rollout_metrics
 
     chance = random_success(trajectories, chat)
     by_env = defaultdict(list)
     for t in trajectories:
         by_env[t.env_id].append(t)
-    return {env_id: {**summary(trajs), "random_success": chance.get(env_id, float("nan"))}
+    return {env_id: {**rollout_metrics(trajs), "random_success": chance.get(env_id, float("nan"))}
             for env_id, trajs in by_env.items()}
 
 
@@ -96,7 +96,7 @@ def cmd_eval(args) -> int:
     bar = progress.bar(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
     bar(config.chat.max_turns, active=0)
-    print_table(summarize(trajectories, config.chat))
+    print_table(per_env_metrics(trajectories, config.chat))
     if args.save:
         save_jsonl(trajectories, args.save)
         print(f"trajectories saved to {args.save}")

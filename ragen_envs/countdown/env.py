@@ -62,11 +62,13 @@ def to_task(record: dict, where: str = "record") -> CountdownTask:
 class CountdownEnv(TextEnv):
     instructions = INSTRUCTIONS
 
-    def __init__(self, dataset: Any = "builtin", split: str = "train", min_numbers: int = 3, max_numbers: int = 4,
-                 max_number: int = 99, min_target: int = 10, max_target: int = 100, max_steps: int = 3,
-                 render_mode: str | None = None):
+    def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 3,
+                 render_mode: str | None = None, **ranges):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
-        self.generator_config = CountdownConfig(min_numbers, max_numbers, max_number, min_target, max_target)
+        try:  # the generator's ranges, with their defaults declared once: CountdownConfig's
+            self.generator_config = CountdownConfig(**ranges)
+        except TypeError as error:
+            raise TypeError(f"CountdownEnv: {error}".replace("CountdownConfig.__init__() ", "")) from None
         self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_task,
                                   generate=partial(generate, config=self.generator_config))
         self.task: CountdownTask | None = None

@@ -20,6 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from ragen_envs.base import check_positive_int
 from ragen_envs.remote.client import CALLS, EnvClient, surface
 
 try:
@@ -93,8 +94,7 @@ class RayEnv(EnvClient):
 
     def __init__(self, env_id: str, workers: int = 4, pool: str = "ragen-envs", address: str | None = None,
                  worker_cpus: float = 1.0, render_mode: str | None = None, **env_kwargs):
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be a positive integer, got {workers!r}")
+        check_positive_int("workers", workers)
         if not ray.is_initialized():
             ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
         actors = pool_actors(workers, pool, worker_cpus)

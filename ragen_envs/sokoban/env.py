@@ -49,6 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ragen_envs import rendering
+from ragen_envs.base import check_positive_int
 from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, format_cells
 from ragen_envs.sokoban.generator import Level, generate_level
 from ragen_envs.sokoban.solver import solve
@@ -107,10 +108,8 @@ class SokobanEnv(GridEnv):
             raise ValueError(
                 f"num_boxes must be an integer from 1 to a third of the room's inner cells, got {num_boxes!r}"
             )
-        if not isinstance(search_depth, int) or search_depth < 1:
-            raise ValueError(f"search_depth must be a positive integer, got {search_depth!r}")
-        if not isinstance(solver_nodes, int) or solver_nodes < 1:
-            raise ValueError(f"solver_nodes must be a positive integer, got {solver_nodes!r}")
+        check_positive_int("search_depth", search_depth)
+        check_positive_int("solver_nodes", solver_nodes)
         super().__init__((rows, cols), max_steps, observation_format, observation_type, render_mode)
         self.dim_room = (rows, cols)
         self.num_boxes = num_boxes

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ragen_envs.base import check_choices
+
 from ragen_envs.agent.backends.base import Generation, Policy, SamplingConfig
 
 BACKENDS = ("transformers", "vllm", "openai")
@@ -19,8 +21,7 @@ class PolicyConfig:
     device: str | None = None  # transformers backend: cpu, cuda, ... (default: cuda when available)
 
     def __post_init__(self):
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        check_choices(self)
         if self.backend == "openai" and not self.model:
             raise ValueError("--backend openai needs --model, the served model's name")
         if self.backend == "openai" and not self.tokenizer:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ragen_envs.agent.chat_encoding import Message, encode_chat
+from ragen_envs.base import check_positive_int
 
 Prompt = list[Message] | list[int]
 
@@ -37,8 +38,7 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check_positive_int("max_new_tokens", self.max_new_tokens)
 
 
 @dataclass

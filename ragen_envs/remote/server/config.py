@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ragen_envs.base import check_positive_int
 from ragen_envs.registry import ENVIRONMENTS, env_for
 
 TOKEN_VARIABLE = "RAGEN_SERVE_TOKEN"
@@ -30,8 +31,7 @@ class ServerConfig:
             if env_id not in ENVIRONMENTS:
                 raise ValueError(f"unknown env {env_id!r}; `ragen list` shows the catalogue")
         for name in ("max_sessions", "max_request_bytes", "workers"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+            check_positive_int(name, getattr(self, name))
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if not self.idle_timeout_s > 0:
