@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ragen_envs.cli import main
-from tests.test_trainer import SeededReplies, config, make_model
+from tests.trainers.test_trainer import SeededReplies, config, make_model
 from trainers import Trainer
 from conftest import SMOKE
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from test_deepcoder import needs_sandbox
+from tests.envs.test_deepcoder import needs_sandbox
 from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.sandbox import Bubblewrap, Limits
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from test_deepcoder import needs_sandbox
+from tests.envs.test_deepcoder import needs_sandbox
 from ragen_envs.deepcoder import sandbox as sb
 from ragen_envs.deepcoder.sandbox import Bubblewrap, Limits, RlimitOnly, SandboxUnavailable, make_sandbox
 

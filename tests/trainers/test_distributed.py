@@ -29,7 +29,7 @@ def _worker(rank, world, port, out_dir, settings, data_parallel, resume_from):
 
     from ragen_envs.agent.default_model import default_model_path
     from tests.numerics import record_gradients
-    from tests.test_trainer import SeededReplies, config, make_model
+    from tests.trainers.test_trainer import SeededReplies, config, make_model
     from trainers import Trainer
     from trainers.distributed import full_state, gathered
 

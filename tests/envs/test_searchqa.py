@@ -134,7 +134,7 @@ def test_a_search_r1_retrieval_server():
 
 def test_the_hub_source_is_hotpotqa(monkeypatch):
     from ragen_envs import data
-    from test_data import fake_datasets
+    from tests.contract.test_data import fake_datasets
 
     calls = fake_datasets(monkeypatch, rows=[{"question": "q?", "answer": "a"}])
     monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)

@@ -89,7 +89,7 @@ def test_other_sources_keep_metamathqas_fields(tmp_path):
 
 def test_the_hub_source_is_metamathqa(monkeypatch):
     from ragen_envs import data
-    from test_data import fake_datasets
+    from tests.contract.test_data import fake_datasets
 
     calls = fake_datasets(monkeypatch, rows=[{"query": "1 + 1?", "response": "The answer is: 2", "type": "x"}])
     monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)

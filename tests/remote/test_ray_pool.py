@@ -12,7 +12,7 @@ from ragen_envs.agent import RolloutConfig, RolloutRunner  # noqa: E402
 from ragen_envs.remote.ray_pool import RayEnv  # noqa: E402
 from ragen_envs.registry import RAY_ID  # noqa: E402
 from conftest import DEFAULT, SMOKE, ScriptedPolicy  # noqa: E402
-from tests.test_server import REPLIES, play, same  # noqa: E402
+from tests.remote.test_server import REPLIES, play, same  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)

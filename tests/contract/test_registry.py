@@ -45,7 +45,7 @@ def test_each_role_is_played_by_one_entry():
     assert smoke.get_wrapper_attr("valid_actions")  # the shared tests reply with its actions
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _code_strings(path: Path) -> list[str]:

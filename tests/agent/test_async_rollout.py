@@ -12,7 +12,7 @@ import pytest
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig
 from ragen_envs.agent.async_rollout import AsyncRolloutRunner, RequestBatcher
 from ragen_envs.agent.backends.base import Generation, Policy
-from tests.test_backends import COMPLETION, FakeServer, _client
+from tests.agent.test_backends import COMPLETION, FakeServer, _client
 from conftest import DEFAULT, SMOKE
 
 REPLIES = ["<think>down</think><answer>Down</answer>", "<think>r</think><answer>Right || Down</answer>",
@@ -164,7 +164,7 @@ def test_collect_inside_an_event_loop_says_to_await(tokenizer):
 def test_the_trainer_and_eval_roll_out_asynchronously_when_asked(tokenizer, tmp_path):
     from ragen_envs.cli import parse
     from tests.numerics import assert_same_gradients, record_gradients
-    from tests.test_trainer import config, make_model
+    from tests.trainers.test_trainer import config, make_model
     from trainers import Trainer
 
     rollouts, gradients = [], []

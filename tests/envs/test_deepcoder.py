@@ -130,7 +130,7 @@ def test_reference_solutions_pass_their_tests():
 
 def test_deepcoder_preview_through_the_hub_source(monkeypatch):
     from ragen_envs import data
-    from test_data import fake_datasets
+    from tests.contract.test_data import fake_datasets
 
     calls = fake_datasets(monkeypatch, rows=[{"problem": "Print the sum of two numbers.", "tests": json.dumps(
         [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]), "metadata": "{}"}])

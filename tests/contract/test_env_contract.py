@@ -141,7 +141,8 @@ def test_step_before_reset_says_so(any_env_id):
 def other_process():
     """Every contract env's episodes for seeds 0 and 5, played in one other Python process (a fresh
     interpreter: another hash seed, nothing cached). An env that fails there fails its own test."""
-    script = ("import json, sys; sys.path[:0] = ['tests']; import ragen_envs; from test_env_contract import "
+    script = ("import json, sys; sys.path[:0] = ['tests', 'tests/contract']; import ragen_envs; "
+              "from test_env_contract import "
               "_rollout_or_error; print(json.dumps({i: [_rollout_or_error(i, s) for s in (0, 5)] "
               f"for i in {ENV_IDS!r}}}))")
     return json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,

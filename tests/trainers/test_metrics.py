@@ -8,7 +8,7 @@ import pytest
 from trainers.metrics import METRICS, PANELS, TABLE, MetricsLogger, draw, markdown_table, plot_run
 from conftest import SMOKE
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_readme_explains_every_metric_of_the_table_and_plot():
