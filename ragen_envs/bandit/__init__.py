@@ -1,0 +1,3 @@
+from ragen_envs.bandit.env import BanditEnv
+
+__all__ = ["BanditEnv"]

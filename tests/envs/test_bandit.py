@@ -1,0 +1,69 @@
+"""Bandit: RAGEN's two-armed bandit, its payouts, splits and parsing."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ragen_envs  # noqa: F401
+from ragen_envs.bandit.env import PAIRS
+
+
+def test_the_risky_arm_pays_more_on_average_and_the_steady_one_always_the_same():
+    env = gym.make("Ragen/Bandit-v0")
+    risky, steady = [], []
+    for seed in range(2000):
+        env.reset(seed=seed)
+        arm = env.unwrapped.risky if seed % 2 else env.unwrapped.steady
+        _, reward, terminated, _, info = env.step(arm)
+        (risky if seed % 2 else steady).append(reward)
+        assert terminated and info["success"] == bool(seed % 2)
+    assert set(steady) == {0.1} and set(risky) == {0.0, 1.0}
+    assert np.mean(risky) == pytest.approx(0.25, abs=0.04)  # 1000 pulls: 4 standard errors
+
+
+def test_arms_by_name_or_position_and_nothing_else():
+    env = gym.make("Ragen/Bandit-v0")
+    obs, info = env.reset(seed=3)
+    first, second = info["arms"]
+    assert f"Arm 1: {first}" in obs and f"Arm 2: {second}" in obs
+    parse = env.get_wrapper_attr("parse_action")
+    assert parse(f"  {first.upper()} ") == first and parse("2") == second
+    for bad in ("", "3", "both", f"{first} or {second}", obs):
+        assert parse(bad) is None
+    obs2, reward, terminated, _, info = env.step("neither")
+    assert obs2 == obs and reward == 0 and not terminated and not info["action_is_valid"]
+    assert env.step("2")[2]  # a valid pull ends the episode
+
+
+def test_splits_hold_different_names_and_the_order_is_random():
+    assert not {n for pair in PAIRS["train"] for n in pair} & {n for pair in PAIRS["test"] for n in pair}
+    test = gym.make("Ragen/Bandit-v0", split="test")
+    names = {tuple(test.reset(seed=s)[1]["arms"]) for s in range(200)}
+    assert {frozenset(n) for n in names} <= {frozenset(p) for p in PAIRS["test"]}
+    assert any(n[0] in dict(PAIRS["test"]) for n in names) and any(n[1] in dict(PAIRS["test"]) for n in names)
+
+
+def test_the_transition_seed_draws_the_payout_not_the_arms():
+    env = gym.make("Ragen/Bandit-v0")
+    paid = []
+    for t in range(40):
+        _, info = env.reset(seed=7, options={"transition_seed": t})
+        assert info["arms"] == gym.make("Ragen/Bandit-v0").reset(seed=7)[1]["arms"]
+        paid.append(env.step(env.unwrapped.risky)[1])
+    assert set(paid) == {0.0, 1.0}
+
+
+@pytest.mark.parametrize("kwargs", [{"split": "val"}, {"jackpot_prob": 1.5}, {"steady_reward": 0.5},
+                                    {"max_steps": 0}])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        gym.make("Ragen/Bandit-v0", **kwargs)
+
+
+def test_the_oracle_reasons_from_the_names():
+    env = gym.make("Ragen/Bandit-v0")
+    env.reset(seed=1)
+    first = env.get_wrapper_attr("oracle_reasoning")()
+    env.reset(seed=2)
+    assert env.unwrapped.risky in env.get_wrapper_attr("oracle_reasoning")() and first != \
+        env.get_wrapper_attr("oracle_reasoning")()
