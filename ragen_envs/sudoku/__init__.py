@@ -1,0 +1,3 @@
+from ragen_envs.sudoku.env import SudokuEnv
+
+__all__ = ["SudokuEnv"]
