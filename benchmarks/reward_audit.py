@@ -196,10 +196,37 @@ def _deepcoder_tricks():
                 chat, obs, rng))]
 
 
+def _bandit_tricks():
+    def both(chat, obs, rng):
+        arms = chat.env.unwrapped.arms
+        return answer(f"{arms[0]} or {arms[1]}")
+
+    return [Policy("both arms named", "exploit", both)]
+
+
+def _sudoku_tricks():
+    def rewrite(chat, obs, rng):  # RAGEN paid 0.5 for each legal wrong number: rewrite one cell forever
+        import numpy as np
+
+        from ragen_envs.sudoku.puzzles import candidates
+
+        env = chat.env.unwrapped
+        for r, c in np.argwhere(env.puzzle == 0):
+            trial = env.grid.copy()
+            trial[r, c] = 0
+            wrong = [v for v in candidates(trial, r, c) if v != env.solution[r, c] and v != env.grid[r, c]]
+            if wrong:
+                return answer(f"{r + 1},{c + 1},{wrong[0]}")
+        return answer("1,1,1")
+
+    return [Policy("a legal wrong number, rewritten", "exploit", rewrite)]
+
+
 def tricks(env) -> list[Policy]:
     name = type(env.unwrapped).__name__
     return {"CountdownEnv": _countdown_tricks, "MetaMathQAEnv": _metamath_tricks, "SearchQAEnv": _searchqa_tricks,
-            "WebShopEnv": _webshop_tricks, "DeepCoderEnv": _deepcoder_tricks}.get(name, list)()
+            "WebShopEnv": _webshop_tricks, "DeepCoderEnv": _deepcoder_tricks, "BanditEnv": _bandit_tricks,
+            "SudokuEnv": _sudoku_tricks}.get(name, list)()
 
 
 # -- playing ----------------------------------------------------------------------------------------------
