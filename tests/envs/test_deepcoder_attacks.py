@@ -14,6 +14,7 @@ import gymnasium as gym
 import pytest
 
 from tests.envs.test_deepcoder import needs_sandbox
+from tests.envs.test_deepcoder_sandbox import ATTACKS
 from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.sandbox import Bubblewrap, Limits
 
@@ -283,13 +284,10 @@ def test_nothing_inside_is_host_root():
     assert seen and 0 not in seen and (os.geteuid() != 0 or seen[0] == 65534), seen
 
 
-BOMBS = {
+BOMBS = {  # the sandbox suite's attacks, through the env, and two more
+    **ATTACKS,
     "daemon": f"import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
               f"        os.execv('/bin/sleep', ['sleep', '{MARKER}'])\n    os._exit(0)\nprint(input())",
-    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-    "memory bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(10 ** 7))",
-    "infinite loop": "while True:\n    pass",
-    "stdout flood": "while True:\n    print('x' * 100000)",
     "kill everything": "import os\nos.kill(-1, 9)\nos.kill(1, 9)\nprint(input())",
 }
 
