@@ -24,7 +24,7 @@ from ragen_envs import __version__
 from ragen_envs.cli import args as cli_args
 from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
-from ragen_envs.registry import CLIENTS, ENVIRONMENTS, markdown_table, missing_modules
+from ragen_envs.registry import CLIENTS, ENVIRONMENTS, markdown_table, missing_modules, system_problem
 
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
 # out with vLLM, loading the new weights into it after each update).
@@ -80,7 +80,8 @@ def cmd_list(args) -> int:
         return 0
     print(f"{'id':28s} {'extra':7s} {'offline data':20s} {'ready':24s} description")
     for e in ENVIRONMENTS.values():
-        ready = "yes" if not missing_modules(e) else f'pip install "ragen-envs[{e.extra}]"'
+        ready = f'pip install "ragen-envs[{e.extra}]"' if missing_modules(e) else \
+            f"install {e.system}" if system_problem(e) else "yes"
         print(f"{e.id:28s} {e.extra or '-':7s} {e.offline_data or 'no (network)':20s} {ready:24s} {e.description}")
     return 0
 

@@ -307,3 +307,15 @@ def test_the_demo_warm_start_prompts_match_the_cpu_quick_runs():
     assert quick.rollout.chat == sft.chat
     assert quick.rollout.sampling.max_new_tokens == sft.max_new_tokens
     assert quick.freeze_layers == sft.freeze_layers
+
+
+def test_list_says_which_envs_lack_their_system_program(capsys, monkeypatch):
+    import ragen_envs.cli.commands as commands
+
+    monkeypatch.setattr(commands, "system_problem", lambda entry: "not here" if entry.system else None)
+    assert main(["list"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    from ragen_envs.registry import missing_modules
+
+    needing = [e for e in ENVIRONMENTS.values() if e.system and not missing_modules(e)]
+    assert needing and all(f"install {e.system}" in lines[e.id] for e in needing)
