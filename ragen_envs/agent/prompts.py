@@ -34,7 +34,7 @@ TURN = """Turn {turn}:
 {observation}
 {budget} {format_reminder}{length}"""
 
-# RAGEN's length line; said only when the reply budget is known (the rollout's max_new_tokens).
+# RAGEN's length line; said only when the reply budget is known (ChatEnvConfig.length_line).
 LENGTH = "\nMax response length: {n} words (tokens)."
 
 ACTIONS_LEFT = "You have {n} actions left."

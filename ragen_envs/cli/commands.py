@@ -215,6 +215,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     ls.set_defaults(func=cmd_list)
 
     ev = commands["eval"] = sub("eval", help="run grouped rollouts and print per-env metrics")
+    ev.add_argument("--preset", default=None, choices=PRESETS,
+                    help="named settings: ragen2-main (RAGEN's validation for the --env: its turns, reply "
+                         "budget and env settings, 512 episodes from seed 123), cpu-quick; flags override it")
     _add_env(ev)
     cli_args.add_config(ev, PolicyConfig)
     cli_args.add_config(ev, RolloutConfig)
@@ -261,14 +264,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse ``argv``; for ``train --preset NAME`` and ``--config FILE`` their values become the defaults."""
-    from trainers.config import TrainerConfig, preset
+    """Parse ``argv``; for ``train``/``eval --preset NAME`` and ``--config FILE`` their values become the
+    defaults."""
+    from trainers.config import TrainerConfig, eval_preset, preset
 
     parser, commands = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "train" and args.preset:
+    if args.command in ("train", "eval") and args.preset:
         env = args.env[0].partition(":")[0] if args.env else None
-        commands["train"].set_defaults(**cli_args.flatten(TrainerConfig, preset(args.preset, env)))
+        settings = (cli_args.flatten(TrainerConfig, preset(args.preset, env)) if args.command == "train"
+                    else cli_args.flatten(RolloutConfig, eval_preset(args.preset, env)))
+        commands[args.command].set_defaults(**settings)
         args = parser.parse_args(argv)
     if args.command == "train" and args.config:
         data = load_run_config(args.config)

@@ -270,7 +270,11 @@ def test_the_think_prefill_and_the_penalty_for_invalid_actions(scripted):
     trajs = RolloutRunner(SMOKE, policy,
                           RolloutConfig(n_groups=1, group_size=2, chat=ChatEnvConfig(max_turns=1))).collect()
     turn = trajs[0].turns[0]
-    assert "Max response length: 128 words (tokens)." in trajs[0].messages[1]["content"]  # RAGEN's line
+    # RAGEN's length line states the env's own budget, not the rollout's (128 tokens here)
+    own = ENVIRONMENTS[SMOKE].max_tokens
+    assert own != 128 and f"Max response length: {own} words (tokens)." in trajs[0].messages[1]["content"]
+    stated = ChatEnv(SMOKE, ChatEnvConfig(length_line="rollout"), 128).reset(seed=0)[1]["content"]
+    assert "Max response length: 128 words (tokens)." in stated
     assert turn.response.startswith("<think>go right") and turn.reasoning == "go right" and turn.think_start == 0
     assert policy.tokenizer.decode(turn.reasoning_ids).strip() == "go right"
     # One invalid and one valid action: RAGEN's rule penalises the turn; the lenient rule does not.

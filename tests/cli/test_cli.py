@@ -281,7 +281,7 @@ def test_presets_set_the_defaults_and_flags_override_them():
     args = parse(["train", "--preset", "ragen2-main", "--env", SMOKE, "--algorithm", "ppo"])
     cfg = cli_args.build(TrainerConfig, args)
     r = cfg.rollout
-    assert (r.n_groups, r.group_size, r.sampling.max_new_tokens) == (8, 16, 400)
+    assert (r.n_groups, r.group_size, r.sampling.max_new_tokens, r.seed) == (8, 16, 400, 10000)  # seed.train
     assert (cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.mini_batch_size, cfg.num_iterations) == \
         ("top_p", 0.9, "softmax", 32, 400)
     assert cfg.advantage == "gae" and cfg.critic == "separate"
@@ -296,6 +296,21 @@ def test_presets_set_the_defaults_and_flags_override_them():
     assert quick.num_iterations == 5 and quick.rollout.group_size == 4 and quick.mini_batch_size == 8
     with pytest.raises(SystemExit):
         parse(["train", "--preset", "huge", "--env", SMOKE])
+
+
+def test_the_eval_preset_is_ragens_validation_with_each_envs_own_settings():
+    from ragen_envs.agent.rollout import RolloutConfig
+    from ragen_envs.cli import args as cli_args
+    from trainers import TrainerConfig
+
+    for entry in ENVIRONMENTS.values():
+        val = cli_args.build(RolloutConfig, parse(["eval", "--preset", "ragen2-main", "--env", entry.id]))
+        run = TrainerConfig.from_preset("ragen2-main", entry.id).rollout
+        assert (val.n_groups, val.group_size, val.seed, val.sampling.temperature) == (512, 1, 123, 0.5)
+        assert (val.chat, val.env_kwargs, val.sampling.max_new_tokens) == \
+            (run.chat, run.env_kwargs, run.sampling.max_new_tokens)
+    few = cli_args.build(RolloutConfig, parse(["eval", "--preset", "ragen2-main", "--env", SMOKE, "--groups", "2"]))
+    assert few.n_groups == 2 and few.seed == 123
 
 
 def test_the_demo_warm_start_prompts_match_the_cpu_quick_runs():
