@@ -68,6 +68,7 @@ class LLMEnv(gym.Env):
         self.render_mode = render_mode
         self.action_space = TextSpace(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self._elapsed_steps = 0
+        self.reset_seed: int | None = None
         self._started = False
         self._terminated = False
 
@@ -105,6 +106,7 @@ class LLMEnv(gym.Env):
     # -- the shared reset and step ---------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        self.reset_seed = seed  # the seed of this reset (None: none given), for RAGEN's item rules
         options = dict(options or {})
         transition_seed = options.pop("transition_seed", None)
         self._elapsed_steps = 0
@@ -197,9 +199,13 @@ def check_choices(config) -> None:
             continue
         if type(None) in options:
             choices.append(None)
-        value = getattr(config, f.name)
-        if value not in choices:
-            raise ValueError(f"{f.name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        check_option(f.name, getattr(config, f.name), choices)
+
+
+def check_option(name: str, value, choices) -> None:
+    """A ValueError unless ``value`` is one of ``choices`` (an env argument's option set)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 def check_positive_int(name: str, value) -> None:

@@ -141,14 +141,18 @@ class Source:
     ``dataset="builtin"`` uses the env's own source: ``generate(rng)`` builds item i of a split from
     ``Random(base(split) + i)``, or ``shipped()`` returns the split's items (finite, shipped data).
     Any other ``dataset`` is loaded with ``records`` and each record turned into an item by
-    ``convert(record, where)``, which raises a ValueError naming ``where`` for a bad one.
+    ``convert(record, where)``, which raises a ValueError naming ``where`` for a bad one; ``select``
+    (items -> items) then keeps the ones the env's rule keeps (RAGEN's first N and filters), and
+    ``pick(seed, n)`` says which item an episode reset with ``seed`` plays (RAGEN's rule, e.g.
+    ``seed % n``); without it, or without a seed, the env's generator draws one.
     """
 
     def __init__(self, dataset: Any, split: str, fields: Sequence[str], hub_name: str, convert: Callable,
                  generate: Callable[[random.Random], Any] | None = None,
-                 shipped: Callable[[], Sequence[Any]] | None = None):
+                 shipped: Callable[[], Sequence[Any]] | None = None,
+                 select: Callable[[list], list] | None = None, pick: Callable[[int, int], int] | None = None):
         self.dataset, self.split = dataset, split
-        self._generate = None
+        self._generate, self._pick = None, None
         if isinstance(dataset, str) and dataset == "builtin":
             if generate is not None:
                 self._generate, self._base, self._items = generate, seeded_index(split), None
@@ -157,6 +161,11 @@ class Source:
         else:
             rows = records(dataset, fields, hub_name, split)
             self._items = [convert(r, f"{describe(dataset)}: record {i}") for i, r in enumerate(rows)]
+            if select is not None:
+                self._items = select(self._items)
+                if not self._items:
+                    raise ValueError(f"{describe(dataset)}: no record passes the env's selection")
+            self._pick = pick
 
     def __len__(self) -> int:
         return BUILTIN_SIZE if self._items is None else len(self._items)
@@ -166,8 +175,11 @@ class Source:
             return self._generate(random.Random(self._base + index))
         return self._items[index]
 
-    def sample(self, np_random):
-        """An episode's item, drawn with the env's generator (so one seed means one problem)."""
+    def sample(self, np_random, seed: int | None = None):
+        """An episode's item: ``pick(seed, n)`` where given, else drawn with the env's generator (so one
+        seed means one problem either way)."""
+        if self._pick is not None and seed is not None:
+            return self[self._pick(seed, len(self))]
         return self[int(np_random.integers(len(self)))]
 
 

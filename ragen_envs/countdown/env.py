@@ -1,28 +1,36 @@
-"""Countdown: reach the target with the given numbers and + - * /, in one answer.
+"""Countdown: reach the target with the given numbers, in one answer.
 
 Observation: ``Target: 24, nums: [3, 8, 1]`` (text).
 
-Action: an arithmetic expression that uses each given number exactly once with + - * / and
-parentheses, e.g. ``(8 - 1 - 3) * 6``; ``×``, ``÷`` and a trailing ``= 24`` are accepted. It is read
-with ``ast`` and evaluated in exact fractions (``expression.py``), never ``eval``-ed. Text that is not
-such an expression (words, calls, powers, unary minus, over 200 characters) is an invalid action.
+Action: an arithmetic expression that uses each given number exactly once, e.g. ``(8 - 1 - 3) * 6``.
+Model text is never ``eval``-ed.
 
-Reward (RAGEN's scheme): 1 when the expression equals the target and uses exactly the given
-numbers; 0.1 when it uses exactly the given numbers but misses the target; 0 otherwise (other
-numbers, a number used twice or left out, a division by zero).
+Reward and validity, by ``answer_check``:
+- ``"ragen"`` (default, RAGEN's rule, ``ragen_rule.py``): any text is an answer (but empty text, control
+  characters or over 10,000 characters: an invalid action, as in every env here). 0 unless the
+  integers in it are exactly the given numbers; then 1 when it evaluates (as a Python expression) to
+  the target, else 0.1, also when it does not evaluate (``(5-3) × 2``, ``3 5 2``). ``2+5-3 = 4`` scores 0
+  (it names a 4); ``-3+5+2`` scores 1.
+- ``"strict"``: only an expression over integers with + - * / and parentheses is an answer (``×``,
+  ``÷`` and a trailing ``= 24`` are accepted; words, calls, powers, unary minus are invalid actions
+  that change nothing); read with ``ast`` and evaluated in exact fractions (``expression.py``). 1 when
+  it equals the target and uses exactly the given numbers, 0.1 when it uses them but misses, else 0.
 
-Termination: the first valid expression ends the episode (a single-answer task); text that is not
-an expression changes nothing (reward 0), and the episode is truncated after ``max_steps`` calls
-(default 3).
+Termination: the first answer ends the episode (a single-answer task); an invalid action changes
+nothing (reward 0); the episode is truncated after ``max_steps`` calls (default 3).
 
 Arguments:
-- ``dataset``: ``"builtin"`` (default: generated, offline), a .jsonl/.json/.parquet file, a list of
-  records, or ``"hub"`` (``Jiayi-Pan/Countdown-Tasks-3to4``) / ``"hub:OWNER/NAME"``; records have the
-  fields ``target`` and ``nums`` (``ragen_envs/data.py``).
+- ``dataset``: ``"builtin"`` (default: generated offline, always solvable; with ``operators="+-"``, the
+  default, signed sums as in RAGEN's data), a .jsonl/.json/.parquet file, a list of records, or ``"hub"``
+  (``Jiayi-Pan/Countdown-Tasks-3to4``) / ``"hub:OWNER/NAME"``; records have the fields ``target`` and
+  ``nums`` (``ragen_envs/data.py``).
+- ``selection``: of a dataset's records, ``"ragen"`` (default) keeps RAGEN's: the first ``max_instances``
+  (20,000), then those solvable with + and - alone, and a reset with seed s plays item ``s % len``;
+  ``"all"`` keeps every record and draws one from the env's generator.
 - ``split``: ``"train"`` or ``"test"`` (built-in: disjoint seeds; hub: the dataset's split).
-- ``min_numbers=3``, ``max_numbers=4``, ``max_number=99``, ``min_target=10``, ``max_target=100``:
-  the built-in generator's ranges (``generator.CountdownConfig``).
-- ``max_steps=3``, ``render_mode`` (``"ansi"`` or None).
+- ``min_numbers=3``, ``max_numbers=4``, ``max_number=99``, ``min_target=10``, ``max_target=100``,
+  ``operators="+-"``: the built-in generator's settings (``generator.CountdownConfig``).
+- ``answer_check`` (above), ``max_steps=3``, ``render_mode`` (``"ansi"`` or None).
 
 ``reset(seed=s)`` picks the task from ``s``; ``reset(options={"task": {"target": 24, "nums": [...]}})``
 plays a given one. ``oracle_action()`` returns a solving expression (the solver, ``expression.solve``).
@@ -34,11 +42,15 @@ from functools import partial
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv
+from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.countdown import ragen_rule
 from ragen_envs.countdown.expression import Expression, parse, solve
 from ragen_envs.countdown.generator import CountdownConfig, CountdownTask, generate
 
 HUB_NAME = "Jiayi-Pan/Countdown-Tasks-3to4"
+ANSWER_CHECKS = ("ragen", "strict")
+SELECTIONS = ("ragen", "all")
+MAX_ANSWER_CHARS = 10_000
 FIELDS = ("target", "nums")
 
 INSTRUCTIONS = (
@@ -63,32 +75,45 @@ class CountdownEnv(TextEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 3,
-                 render_mode: str | None = None, **ranges):
+                 render_mode: str | None = None, answer_check: str = "ragen",
+                 selection: str = "ragen", max_instances: int = 20_000, **ranges):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
-        try:  # the generator's ranges, with their defaults declared once: CountdownConfig's
+        check_option("answer_check", answer_check, ANSWER_CHECKS)
+        check_option("selection", selection, SELECTIONS)
+        self.answer_check, self.selection = answer_check, selection
+        check_positive_int("max_instances", max_instances)
+        try:  # the generator's settings, with their defaults declared once: CountdownConfig's
             self.generator_config = CountdownConfig(**ranges)
         except TypeError as error:
             raise TypeError(f"CountdownEnv: {error}".replace("CountdownConfig.__init__() ", "")) from None
-        self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_task,
-                                  generate=partial(generate, config=self.generator_config))
+        ragen = selection == "ragen"
+        self.source = data.Source(
+            dataset, split, FIELDS, HUB_NAME, to_task, generate=partial(generate, config=self.generator_config),
+            select=(lambda tasks: [t for t in tasks[:max_instances] if ragen_rule.has_solution(t.nums, t.target)])
+            if ragen else None,
+            pick=(lambda seed, n: seed % n) if ragen else None)
         self.task: CountdownTask | None = None
-        self.answer: Expression | None = None
+        self.answer: Expression | str | None = None
         self.reward = 0.0
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         if "task" in options:
             self.task = to_task(options["task"], "options['task']")
         else:
-            self.task = self.source.sample(self.np_random)
+            self.task = self.source.sample(self.np_random, self.reset_seed)
         self.answer, self.reward = None, 0.0
         return {"target": self.task.target, "nums": list(self.task.nums)}
 
-    def parse_action(self, action: str) -> Expression | None:
+    def parse_action(self, action: str) -> Expression | str | None:
+        if self.answer_check == "ragen":  # RAGEN steps any non-empty answer (not a NUL or a book, though)
+            return open_text(action, MAX_ANSWER_CHARS)
         return parse(action)
 
-    def _apply(self, expression: Expression) -> tuple[float, bool, bool]:
+    def _apply(self, expression: Expression | str) -> tuple[float, bool, bool]:
         self.answer = expression
-        if expression.numbers != tuple(sorted(self.task.nums)):
+        if isinstance(expression, str):
+            self.reward = ragen_rule.reward(expression, self.task.nums, self.task.target)
+        elif expression.numbers != tuple(sorted(self.task.nums)):
             self.reward = 0.0
         elif expression.value == self.task.target:
             self.reward = 1.0
@@ -98,7 +123,9 @@ class CountdownEnv(TextEnv):
 
     def _text(self) -> str:
         text = f"Target: {self.task.target}, nums: {list(self.task.nums)}"
-        if self.answer is not None:
+        if isinstance(self.answer, str):
+            text += f"\nYour answer: {self.answer} (reward {self.reward:g})"
+        elif self.answer is not None:
             value = "undefined (division by zero)" if self.answer.value is None else _show(self.answer.value)
             text += f"\nYour answer: {self.answer.text} = {value}"
         return text

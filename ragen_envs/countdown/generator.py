@@ -1,6 +1,7 @@
-"""Countdown tasks built from a random expression tree, so every task is solvable, × and ÷
-included (RAGEN's data filter dropped those): with the default ranges, of 2,000 tasks the
-generating expression uses × in 9% and ÷ in 12%, - in 89% and + in 65%. Task i of a split comes
+"""Countdown tasks built from a random expression tree, so every task is solvable. By default the
+tree adds and subtracts only, as RAGEN's data is filtered to tasks solvable with + and -;
+``operators="+-*/"`` also multiplies and divides (with the default ranges, of 2,000 such tasks the
+generating expression uses × in 9% and ÷ in 12%, - in 89% and + in 65%). Task i of a split comes
 from ``Random(base + i)``: deterministic and random-access."""
 
 from __future__ import annotations
@@ -8,6 +9,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Literal
+
+from ragen_envs.base import check_choices
 
 
 @dataclass(frozen=True)
@@ -17,8 +21,11 @@ class CountdownConfig:
     max_number: int = 99  # each number is drawn from 1..max_number
     min_target: int = 10  # the target lies in min_target..max_target
     max_target: int = 100
+    # the operators of the generating expression: "+-" (RAGEN's tasks, signed sums) or "+-*/"
+    operators: Literal["+-", "+-*/"] = "+-"
 
     def __post_init__(self):
+        check_choices(self)
         if not 2 <= self.min_numbers <= self.max_numbers <= 6:
             raise ValueError(f"need 2 <= min_numbers <= max_numbers <= 6, got {self.min_numbers}, {self.max_numbers}")
         if self.max_number < 2:
@@ -43,7 +50,7 @@ def generate(rng: random.Random, config: CountdownConfig = CountdownConfig()) ->
         items = [(Fraction(n), str(n)) for n in nums]
         while len(items) > 1:
             a, b = items.pop(rng.randrange(len(items))), items.pop(rng.randrange(len(items)))
-            op = rng.choice("+-*/")
+            op = rng.choice(config.operators)
             if op == "-" and a[0] < b[0] or op == "/" and (b[0] == 0 or a[0] % b[0] or b[0] == 1):
                 a, b = b, a  # try the other order before giving up on this draw
             if op == "-" and a[0] <= b[0] or op == "/" and (b[0] == 0 or a[0] % b[0] or b[0] == 1):
