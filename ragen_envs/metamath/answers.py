@@ -1,10 +1,15 @@
-"""Checking a free-text math answer against the gold one.
+"""Checking a free-text math answer against the gold one, by RAGEN's rule or by a normalised one.
 
-Both sides are normalised: what follows "The answer is" when present, the inside of ``\\boxed{}``,
-no ``$`` or ``\\(\\)``, lower case, no thousands separators, no trailing period, ``\\frac{a}{b}`` as
-``a/b``. Equal texts match; otherwise, when the gold answer is a number, the answer matches if it is
-a number (``0.75``, ``3/4``, ``1e-3``, ``18.0``) or holds exactly one number (``18 dollars``) within
-1e-6 of it (relative to the gold value when that exceeds 1).
+RAGEN's rule (``exact_match``; ``ragen/env/metamathqa/env.py``): the label is what follows the first
+"The answer is: " of the worked response, and an answer is correct when it equals the label after both
+are lowercased and stripped of all whitespace, so ``$18``, ``18.0``, ``\\boxed{18}`` and ``1,000`` (for
+1000) are wrong.
+
+The normalised rule (``is_correct``): both sides are normalised: what follows "The answer is" when present,
+the inside of ``\\boxed{}``, no ``$`` or ``\\(\\)``, lower case, no thousands separators, no trailing period,
+``\\frac{a}{b}`` as ``a/b``. Equal texts match; otherwise, when the gold answer is a number, the answer
+matches if it is a number (``0.75``, ``3/4``, ``1e-3``, ``18.0``) or holds exactly one number (``18 dollars``)
+within 1e-6 of it (relative to the gold value when that exceeds 1).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import re
 from fractions import Fraction
 
 ANSWER_IS = re.compile(r"the answer is\s*:?", re.IGNORECASE)
+RAGEN_LABEL = re.compile(r"The answer is: (.*?)$", re.DOTALL)
+WHITESPACE = re.compile(r"\s+")
 THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 FRAC = re.compile(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}")
 NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?(?:/\d+)?")
@@ -73,3 +80,14 @@ def gold_from_response(response: str) -> str | None:
     """MetaMathQA's gold answer: what follows the last "The answer is:" of a worked solution."""
     parts = ANSWER_IS.split(response)
     return parts[-1].strip() if len(parts) > 1 and parts[-1].strip() else None
+
+
+def ragen_label(response: str) -> str | None:
+    """RAGEN's label: what follows the first "The answer is: " of the response, stripped (None: none)."""
+    match = RAGEN_LABEL.search(response)
+    return match.group(1).strip() if match else None
+
+
+def exact_match(answer: str, label: str | None) -> bool:
+    """RAGEN's check: equal after lowercasing and removing every whitespace character (no label: never)."""
+    return label is not None and WHITESPACE.sub("", answer.strip().lower()) == WHITESPACE.sub("", label.lower())

@@ -3,37 +3,43 @@
 Observation: the question (text); after a wrong answer also "Incorrect. Please think again." and
 the answers tried so far.
 
-Action: the answer as free text (``18``, ``$18``, ``\\boxed{3/4}``, ``The answer is: 0.75``); it is
-checked against the gold answer after normalising both (``answers.py``: case, ``$``, ``\\boxed{}``,
-thousands separators, trailing ``.0``; numbers compare numerically within 1e-6, ``3/4`` equals
-``0.75``). An empty answer (or a non-string) is an invalid action.
+Action: the answer as free text; any non-empty text (without control characters, up to 2,000
+characters) is an answer. Its check, by ``answer_check``:
+- ``"exact"`` (default, RAGEN's rule): equal to the label (what follows the first "The answer is: " of
+  the record's response) after lowercasing and removing all whitespace; ``$18``, ``18.0`` and
+  ``\\boxed{18}`` are wrong for 18.
+- ``"normalized"``: both sides normalised (``answers.py``: case, ``$``, ``\\boxed{}``, thousands
+  separators, trailing ``.0``; numbers compare numerically within 1e-6, ``3/4`` equals ``0.75``).
 
 Reward: a correct answer ends the episode with ``1 / 2**k``, k the wrong answers before it (1, 0.5,
 0.25, ...); a wrong one gives 0 and the episode goes on.
 
 Termination: terminated on a correct answer; truncated after ``max_attempts`` answers (default 3;
-invalid ones count too). RAGEN's config turns retries off without saying so; here they are on
-unless ``max_attempts=1``.
+invalid ones count too). RAGEN's runs allow one answer (``max_attempts=1`` in the ragen2-main preset).
 
 Arguments:
 - ``dataset``: ``"builtin"`` (default: generated grade-school word problems, offline; ``generator.py``),
   a .jsonl/.json/.parquet file, a list of records, or ``"hub"`` (``meta-math/MetaMathQA``) /
   ``"hub:OWNER/NAME"``. Records have MetaMathQA's fields ``query`` and ``response`` (the gold answer
   follows "The answer is:" in ``response``); see ``ragen_envs/data.py``.
-- ``split``: ``"train"`` or ``"test"`` (built-in: disjoint seeds; hub: the dataset's split).
-- ``max_attempts=3``, ``render_mode`` (``"ansi"`` or None).
+- ``split``: ``"train"`` or ``"test"`` (built-in: disjoint seeds). MetaMathQA has a train split only,
+  and RAGEN validates on it too: the hub source reads it for both.
+- ``selection``: of a dataset's records, ``"ragen"`` (default): a reset with seed s plays item
+  ``Random(s).randint(0, n - 1)`` (RAGEN's pick); ``"draw"``: the env's generator draws one.
+- ``answer_check`` (above), ``max_attempts=3``, ``render_mode`` (``"ansi"`` or None).
 
 ``reset(seed=s)`` picks the question from ``s``; ``reset(options={"problem": {"query": ..., "response":
-...}})`` asks a given one. ``oracle_action()`` returns the gold answer.
+...}})`` asks a given one. ``oracle_action()`` returns the gold answer (RAGEN's label under "exact").
 """
 
 from __future__ import annotations
 
-from typing import Any
+import random
+from typing import Any, NamedTuple
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_positive_int, open_text
-from ragen_envs.metamath.answers import gold_from_response, is_correct
+from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.metamath.answers import exact_match, gold_from_response, is_correct, ragen_label
 from ragen_envs.metamath.generator import generate
 
 HUB_NAME = "meta-math/MetaMathQA"
@@ -48,16 +54,22 @@ INSTRUCTIONS = (
 )
 
 
-def to_problem(record: dict, where: str = "record") -> tuple[str, str]:
-    """(question, gold answer) of a record; a ValueError names what is wrong."""
+class Problem(NamedTuple):
+    question: str
+    gold: str  # the answer as the normalised check reads it (after the last "The answer is")
+    label: str | None  # RAGEN's label (after the first "The answer is: "); None: RAGEN finds none
+
+
+def to_problem(record: dict, where: str = "record") -> Problem:
+    """The problem of a record; a ValueError names what is wrong."""
     query, response = record["query"], record["response"]
     gold = gold_from_response(response) if isinstance(response, str) else None
     if not isinstance(query, str) or not query.strip() or gold is None:
         raise ValueError(f"{where}: needs a non-empty 'query' and a 'response' ending in 'The answer is: ...'")
-    return query.strip(), gold
+    return Problem(query.strip(), gold, ragen_label(response))
 
 
-def builtin_problem(rng) -> tuple[str, str]:
+def builtin_problem(rng) -> Problem:
     return to_problem(generate(rng))
 
 
@@ -65,21 +77,26 @@ class MetaMathQAEnv(TextEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 3,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, answer_check: str = "exact", selection: str = "ragen"):
         check_positive_int("max_attempts", max_attempts)
+        check_option("answer_check", answer_check, ("exact", "normalized"))
+        check_option("selection", selection, ("ragen", "draw"))
         super().__init__(max_steps=max_attempts, render_mode=render_mode)
-        self.max_attempts = max_attempts
-        self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_problem,
-                                  generate=builtin_problem)
+        self.max_attempts, self.answer_check = max_attempts, answer_check
+        hub = isinstance(dataset, str) and dataset.startswith("hub")
+        self.source = data.Source(dataset, "train" if hub else split, FIELDS, HUB_NAME, to_problem,
+                                  generate=builtin_problem,
+                                  pick=(lambda seed, n: random.Random(seed).randint(0, n - 1))
+                                  if selection == "ragen" else None)
         self.question = self.gold = ""
+        self.label: str | None = None
         self.wrong: list[str] = []
         self.solved = False
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
-        if "problem" in options:
-            self.question, self.gold = to_problem(options["problem"], "options['problem']")
-        else:
-            self.question, self.gold = self.source.sample(self.np_random)
+        problem = (to_problem(options["problem"], "options['problem']") if "problem" in options
+                   else self.source.sample(self.np_random, self.reset_seed))
+        self.question, self.gold, self.label = problem
         self.wrong, self.solved = [], False
         return {}
 
@@ -87,7 +104,7 @@ class MetaMathQAEnv(TextEnv):
         return open_text(action, MAX_ANSWER_CHARS)
 
     def _apply(self, answer: str) -> tuple[float, bool, bool]:
-        if is_correct(answer, self.gold):
+        if exact_match(answer, self.label) if self.answer_check == "exact" else is_correct(answer, self.gold):
             self.solved = True
             return 1.0 / 2 ** len(self.wrong), True, True
         self.wrong.append(answer)
@@ -103,10 +120,13 @@ class MetaMathQAEnv(TextEnv):
         return self.solved
 
     def oracle_action(self) -> str | None:
-        return None if self.solved else self.gold
+        if self.solved or self.answer_check == "exact" and self.label is None:
+            return None
+        return self.label if self.answer_check == "exact" else self.gold
 
     def oracle_reasoning(self) -> str | None:
-        if self.solved:
+        answer = self.oracle_action()
+        if answer is None:
             return None
         tried = f" It is not {', '.join(self.wrong)}." if self.wrong else ""
-        return f"{self.question.split('?')[0].strip()}?{tried} Working it through gives {self.gold}."
+        return f"{self.question.split('?')[0].strip()}?{tried} Working it through gives {answer}."

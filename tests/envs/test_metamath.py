@@ -1,4 +1,5 @@
-"""MetaMathQA: answer checking, retries at half reward, the built-in word problems."""
+"""MetaMathQA: RAGEN's exact check (by default) and the normalised one, retries at half reward, RAGEN's
+pick of a record, the built-in word problems."""
 
 import random
 
@@ -23,6 +24,43 @@ PROBLEM = {"query": "What is 3/4 of 24?", "response": "3/4 * 24 = 18. The answer
 ])
 def test_answer_checking(answer, gold, correct):
     assert is_correct(answer, gold) is correct
+
+
+# (answer, RAGEN's verdict) for a record whose response ends "The answer is: 18", worked from RAGEN's
+# _check_answer: lowercase, drop all whitespace, compare with the label
+RAGEN_CASES = [("18", True), (" 18 ", True), ("1 8", True), ("18\n", True), ("$18", False), ("18.0", False),
+               ("\\boxed{18}", False), ("The answer is: 18", False), ("eighteen", False), ("17", False)]
+
+
+@pytest.mark.parametrize("answer, correct", RAGEN_CASES)
+def test_the_default_check_is_ragens_exact_string(answer, correct):
+    env = gym.make("Ragen/MetaMathQA-v0", max_attempts=1)
+    env.reset(seed=0, options={"problem": PROBLEM})
+    _, r, term, trunc, info = env.step(answer)
+    assert (r, info["success"], term or trunc) == (float(correct), correct, True)
+    lenient = gym.make("Ragen/MetaMathQA-v0", answer_check="normalized")
+    lenient.reset(seed=0, options={"problem": PROBLEM})
+    assert lenient.step(answer)[1] == float(answer.strip() not in ("eighteen", "17"))
+
+
+def test_ragens_label_is_after_the_first_the_answer_is_and_case_and_spaces_do_not_count():
+    env = gym.make("Ragen/MetaMathQA-v0")
+    record = {"query": "Name it?", "response": "The answer is: Paris France. Or the answer is: 3"}
+    env.reset(seed=0, options={"problem": record})
+    assert env.unwrapped.oracle_action() == "Paris France. Or the answer is: 3"
+    assert env.step("parisfrance.ortheansweris:3")[1] == 1.0
+    lenient = gym.make("Ragen/MetaMathQA-v0", answer_check="normalized")
+    lenient.reset(seed=0, options={"problem": record})
+    assert lenient.unwrapped.oracle_action() == "3" and lenient.step("3")[1] == 1.0
+
+
+def test_a_dataset_item_is_ragens_pick_for_the_seed():
+    records = [{"query": f"q{i}?", "response": f"The answer is: {i}"} for i in range(7)]
+    env = gym.make("Ragen/MetaMathQA-v0", dataset=records)
+    for seed in (0, 1, 123, 10_000):
+        assert env.reset(seed=seed)[0] == f"q{random.Random(seed).randint(0, 6)}?"
+    with pytest.raises(ValueError, match="selection"):
+        gym.make("Ragen/MetaMathQA-v0", selection="random")
 
 
 def test_normalise_and_gold():
@@ -97,4 +135,7 @@ def test_the_hub_source_is_metamathqa(monkeypatch):
     env = gym.make("Ragen/MetaMathQA-v0", dataset="hub")
     assert env.reset(seed=0)[0] == "1 + 1?" and env.step("2")[1] == 1.0
     assert calls == [(("meta-math/MetaMathQA",), "train")]
+    data.load_hub.cache_clear()
+    gym.make("Ragen/MetaMathQA-v0", dataset="hub", split="test")  # its one split, as RAGEN validates
+    assert calls[-1] == (("meta-math/MetaMathQA",), "train")
     data.load_hub.cache_clear()
