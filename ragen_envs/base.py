@@ -138,8 +138,14 @@ class LLMEnv(gym.Env):
         truncated = not terminated and self._elapsed_steps >= self.max_steps
         if self.render_mode == "human":
             self.render()
-        info = self._info(valid=parsed is not None, effective=effective)
+        info = self._info(valid=parsed is not None and self._is_valid(parsed), effective=effective)
         return self._observation(), float(reward), terminated, truncated, info
+
+    def _is_valid(self, parsed: Any) -> bool:
+        """``info["action_is_valid"]`` of a parsed action: True, unless the env steps text it takes for
+        no action of its own (RAGEN's rules: a SearchQA reply that is neither search nor finish is scored
+        as an answer, a WebShop action off the page does nothing), to say so in its metrics."""
+        return True
 
     def _info(self, valid: bool, effective: bool, **extra) -> dict[str, Any]:
         return {"action_is_valid": valid, "action_is_effective": effective,

@@ -11,7 +11,8 @@ Questions, each with its answer and supporting passage ids:
 - bridge: "In which subregion is the country whose capital is Tallinn?" and "What is the capital of
   the country that has the province of Harjumaa?" (the second needs two passages);
 - comparison: "Which has the larger population, Estonia or Latvia?" (and area).
-The list is deterministic; a question's split (train or test, 80/20) follows from a hash of its text.
+Questions that a copy of themselves would answer for partial credit (token F1 >= 0.3 with the answer)
+are left out. The list is deterministic; a question's split (train or test, 80/20) follows from a hash of its text.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ragen_envs.data import hash_split
+from ragen_envs.searchqa.scoring import reward
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,11 @@ def build() -> tuple[tuple[Passage, ...], tuple[Question, ...]]:
                                       "comparison", (_passage_id("country", a["name"]),
                                                      _passage_id("country", b["name"]))))
     unique = {q.question: q for q in questions}  # a repeated comparison pair is asked once
-    return tuple(passages), tuple(unique.values())
+    # F1 partial credit (HotpotQA's, RAGEN's) would pay for echoing a question whose answer repeats its
+    # words ("What is the capital of San Marino?" "City of San Marino"; a comparison of two long names):
+    # such questions are left out
+    kept = [q for q in unique.values() if reward(q.question, q.answer) == 0]
+    return tuple(passages), tuple(kept)
 
 
 def questions(split: str) -> list[Question]:

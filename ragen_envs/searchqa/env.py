@@ -4,27 +4,39 @@ Observation: the question, the two actions, the queries made so far, and the pas
 search returned (text).
 
 Action: ``search[query]``, which returns the ``top_k`` best passages for ``query`` (each cut to
-``max_passage_chars``) as the next observation, or ``finish[answer]``, which answers. Anything else
-(an empty query or answer, unbalanced brackets, another verb, a query over 500 characters) is an
-invalid action.
+``max_passage_chars``, all of them to ``max_total_chars``) as the next observation, or ``finish[answer]``,
+which answers. Other text, by ``invalid_action``:
+- ``"answer"`` (default, RAGEN's rule): read as ``search[...]``/``finish[...]`` only when it starts and
+  ends so (lower case; an empty query searches for nothing); any other text is an answer, read from it
+  as RAGEN does (``scoring.extract_answer``: a \\boxed{} answer, a bold span, "the answer is ...", the
+  first sentence), scored and ending the episode, with ``info["action_is_valid"]`` False.
+- ``"penalize"``: anything but ``search[query]`` or ``finish[answer]`` with a non-empty argument (either
+  case; a query up to 500 characters) is an invalid action that changes nothing (the agent loop's
+  format penalty then applies).
+Empty text, control characters and text over 10,000 characters are invalid actions either way.
 
-Reward: ``search`` 0; ``finish`` 1 on an exact match with the gold answer, else the token F1 when
-it is at least 0.3, else 0 (HotpotQA's answer normalisation, ``scoring.py``). Success: an exact match.
+Reward: ``search`` 0; ``finish`` 1 on an exact match with the gold answer, else the token F1 when it
+is at least 0.3, else 0 (HotpotQA's answer normalisation, ``scoring.py``). Success, by ``success``:
+``"ragen"`` (default) a reward above 0 (an exact match or F1 >= 0.3), ``"exact"`` an exact match.
 
-Termination: ``finish`` ends the episode; it is truncated after ``max_steps`` (default 10).
+Termination: an answer ends the episode; it is truncated after ``max_steps`` (default 10).
 ``info["gold_retrieved"]`` says whether a supporting passage of the question has been returned by
 a search so far (False where the data names none); ``info["searches"]`` counts the searches.
 
 Arguments:
 - ``dataset``: ``"builtin"`` (default: questions over country facts, generated offline from the
   ``countryinfo`` package; ``corpus.py``), a .jsonl/.json/.parquet file, a list of records, or ``"hub"``
-  (HotpotQA, ``hotpotqa/hotpot_qa:fullwiki``) / ``"hub:OWNER/NAME[:CONFIG]"``; records have ``question`` and
-  ``answer``, optionally ``supporting`` (passage ids).
+  (HotpotQA's distractor setting, ``hotpotqa/hotpot_qa:distractor``, as RAGEN prepares it) /
+  ``"hub:OWNER/NAME[:CONFIG]"``; records have ``question`` and ``answer``, optionally ``supporting``
+  (passage ids). Of a dataset's records the first ``max_instances`` (20,000) are kept and a reset with
+  seed s plays item ``s % n``, as in RAGEN (``selection="draw"``: all, drawn by the env's generator).
 - ``split``: ``"train"`` or ``"test"`` (built-in: a fixed 80/20 split of the questions).
 - ``corpus``: ``"builtin"`` (the country passages) or a file / list of passages with ``text`` and
   optionally ``title`` and ``id``, searched with BM25 (``bm25s``; one index per corpus and process).
-- ``retriever_url``: a Search-R1-compatible retrieval server (``POST /retrieve``) to search instead.
-- ``top_k=3``, ``max_passage_chars=300``, ``max_steps=10``, ``render_mode`` (``"ansi"`` or None).
+- ``retriever_url``: a retrieval server to search instead, speaking ``retriever_api``: ``"ragen"``
+  (RAGEN's server: ``POST {url}/retrieve``) or ``"search-r1"`` (``POST url``); see ``retrieval.py``.
+- ``top_k=5``, ``max_passage_chars=800``, ``max_total_chars=4000`` (RAGEN's), ``max_steps=10``,
+  ``invalid_action``, ``success``, ``render_mode`` (``"ansi"`` or None).
 
 ``reset(seed=s)`` picks the question from ``s``; ``reset(options={"question": {"question": ...,
 "answer": ...}})`` asks a given one. ``oracle_action()`` searches each supporting passage's title
@@ -37,17 +49,18 @@ import re
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_positive_int, open_text
+from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
 from ragen_envs.searchqa import corpus as builtin
 from ragen_envs.searchqa.corpus import Passage, Question
 from ragen_envs.searchqa.retrieval import HTTPRetriever, PassageIndex, RetrievalError
-from ragen_envs.searchqa.scoring import exact_match, reward
+from ragen_envs.searchqa.scoring import exact_match, extract_answer, reward
 
-HUB_NAME = "hotpotqa/hotpot_qa:fullwiki"
+HUB_NAME = "hotpotqa/hotpot_qa:distractor"
 FIELDS = ("question", "answer")
 PASSAGE_FIELDS = ("text",)
 ACTION = re.compile(r"\s*(search|finish)\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
 MAX_QUERY_CHARS = 500
+MAX_ACTION_CHARS = 10_000
 
 INSTRUCTIONS = (
     "Answer the question using a search engine over a document collection. Actions: search[query] "
@@ -76,16 +89,26 @@ class SearchQAEnv(TextEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", corpus: Any = "builtin",
-                 retriever_url: str | None = None, top_k: int = 3, max_passage_chars: int = 300,
-                 max_steps: int = 10, render_mode: str | None = None):
+                 retriever_url: str | None = None, retriever_api: str = "ragen", top_k: int = 5,
+                 max_passage_chars: int = 800, max_total_chars: int = 4000, max_steps: int = 10,
+                 render_mode: str | None = None, invalid_action: str = "answer", success: str = "ragen",
+                 selection: str = "ragen", max_instances: int = 20_000):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
-        for name, value in (("top_k", top_k), ("max_passage_chars", max_passage_chars)):
+        for name, value in (("top_k", top_k), ("max_passage_chars", max_passage_chars),
+                            ("max_total_chars", max_total_chars), ("max_instances", max_instances)):
             check_positive_int(name, value)
-        self.top_k, self.max_passage_chars = top_k, max_passage_chars
+        check_option("invalid_action", invalid_action, ("answer", "penalize"))
+        check_option("success", success, ("ragen", "exact"))
+        check_option("selection", selection, ("ragen", "draw"))
+        self.top_k, self.max_passage_chars, self.max_total_chars = top_k, max_passage_chars, max_total_chars
+        self.invalid_action, self.success_rule = invalid_action, success
+        ragen = selection == "ragen"
         self.source = data.Source(dataset, split, FIELDS, HUB_NAME, to_question,
-                                  shipped=lambda: builtin.questions(split))
+                                  shipped=lambda: builtin.questions(split),
+                                  select=(lambda items: items[:max_instances]) if ragen else None,
+                                  pick=(lambda seed, n: seed % n) if ragen else None)
         self.retriever: PassageIndex | HTTPRetriever = (
-            HTTPRetriever(retriever_url) if retriever_url else PassageIndex(load_corpus(corpus)))
+            HTTPRetriever(retriever_url, retriever_api) if retriever_url else PassageIndex(load_corpus(corpus)))
         self._passages = {p.id: p for p in getattr(self.retriever, "passages", ())}  # the oracle's titles
         self.question: Question | None = None
         self.queries: list[str] = []
@@ -93,16 +116,26 @@ class SearchQAEnv(TextEnv):
         self.error = ""
         self.retrieved: set[str] = set()
         self.answer: str | None = None
+        self.reward = 0.0
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         if "question" in options:
             self.question = to_question(options["question"], "options['question']")
         else:
-            self.question = self.source.sample(self.np_random)
+            self.question = self.source.sample(self.np_random, self.reset_seed)
         self.queries, self.results, self.error, self.retrieved, self.answer = [], [], "", set(), None
+        self.reward = 0.0
         return {}
 
     def parse_action(self, action: str) -> tuple[str, str] | None:
+        if self.invalid_action == "answer":  # RAGEN's reading: prefixes, then anything else is an answer
+            text = open_text(action, MAX_ACTION_CHARS)
+            if text is None:
+                return None
+            for verb in ("search", "finish"):
+                if text.startswith(f"{verb}[") and text.endswith("]"):
+                    return verb, text[len(verb) + 1:-1]
+            return "answer", text
         match = ACTION.fullmatch(action)
         if match is None:
             return None
@@ -113,9 +146,10 @@ class SearchQAEnv(TextEnv):
 
     def _apply(self, action: tuple[str, str]) -> tuple[float, bool, bool]:
         verb, argument = action
-        if verb == "finish":
-            self.answer = argument
-            return reward(argument, self.question.answer), True, True
+        if verb in ("finish", "answer"):
+            self.answer = argument if verb == "finish" else extract_answer(argument)
+            self.reward = reward(self.answer, self.question.answer)
+            return self.reward, True, True
         self.queries.append(argument)
         try:
             hits = self.retriever.search(argument, self.top_k)
@@ -124,6 +158,9 @@ class SearchQAEnv(TextEnv):
             self.results, self.error = [], str(error)
         self.retrieved.update(p.id for p in self.results)
         return 0.0, False, True
+
+    def _is_valid(self, action: tuple[str, str]) -> bool:
+        return action[0] != "answer"
 
     def _extra_info(self) -> dict[str, Any]:
         gold = set(self.question.supporting) if self.question else set()
@@ -139,16 +176,21 @@ class SearchQAEnv(TextEnv):
             elif not self.results:
                 lines.append(f"No passage matches {self.queries[-1]!r}.")
             else:
-                lines.append(f"Results for {self.queries[-1]!r}:")
+                shown = []
                 for rank, p in enumerate(self.results, start=1):
                     text = p.text if len(p.text) <= self.max_passage_chars else p.text[:self.max_passage_chars] + "..."
-                    lines.append(f"[{rank}] {p.title}: {text}")
+                    shown.append(f"[{rank}] {p.title}: {text}" if p.title else f"[{rank}] {text}")
+                shown = "\n".join(shown)  # all passages together are cut too, as RAGEN's client does
+                cut = shown[:self.max_total_chars] + "..." if len(shown) > self.max_total_chars else shown
+                lines += [f"Results for {self.queries[-1]!r}:", cut]
         if self.answer is not None:
             lines.append(f"Your answer: {self.answer}")
         return "\n".join(lines)
 
     def _is_success(self) -> bool:
-        return self.answer is not None and exact_match(self.answer, self.question.answer)
+        if self.answer is None:
+            return False
+        return self.reward > 0 if self.success_rule == "ragen" else exact_match(self.answer, self.question.answer)
 
     def oracle_reasoning(self) -> str | None:
         action = self.oracle_action()

@@ -1,5 +1,7 @@
-"""Answer scoring as in HotpotQA's evaluation: normalise (lower case, no punctuation, no articles,
-single spaces), then exact match and token F1."""
+"""Answer scoring as in HotpotQA's evaluation (and RAGEN's SearchQA): normalise (lower case, no
+punctuation, no articles, single spaces), then exact match and token F1 (0 when either side is yes, no
+or noanswer and they differ); and RAGEN's reading of an answer from a reply that did not use
+finish[...]."""
 
 from __future__ import annotations
 
@@ -19,8 +21,14 @@ def exact_match(prediction: str, gold: str) -> bool:
     return normalise(prediction) == normalise(gold)
 
 
+YES_NO = ("yes", "no", "noanswer")
+
+
 def f1(prediction: str, gold: str) -> float:
-    p, g = normalise(prediction).split(), normalise(gold).split()
+    p, g = normalise(prediction), normalise(gold)
+    if p != g and (p in YES_NO or g in YES_NO):
+        return 0.0
+    p, g = p.split(), g.split()
     common = sum((Counter(p) & Counter(g)).values())
     if not common:
         return 0.0
@@ -34,3 +42,39 @@ def reward(prediction: str, gold: str, min_f1: float = 0.3) -> float:
         return 1.0
     score = f1(prediction, gold)
     return score if score >= min_f1 else 0.0
+
+
+THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+BOXED = re.compile(r"\\boxed\{([^}]+)\}")
+EMPHASIS = (re.compile(r"\*\*([^*]+)\*\*"), re.compile(r"\*([^*]+)\*"))
+SAYS = (re.compile(r"(?:the\s+)?(?:correct\s+)?answer\s+is\s*:?\s*([^.!?]+)", re.IGNORECASE),
+        re.compile(r"(?:therefore|thus|so|hence)\s*,?\s*([^.!?]+)", re.IGNORECASE))
+EDGES = re.compile(r"^\W+|\W+$")
+SENTENCE_END = re.compile(r"[.!?]+")
+
+
+def extract_answer(text: str) -> str:
+    """The answer RAGEN reads from free text (its SearchQA fallback), tried in order: the first
+    ``\\boxed{...}``; the first bold (then italic) span of over 2 characters with a word character; what
+    follows "the answer is" or "therefore/thus/so/hence" up to the sentence's end, if over 3 characters;
+    the first sentence of over 5 characters; else the first 100 characters. <think> blocks are dropped
+    and whitespace runs made single spaces first."""
+    text = " ".join(THINK.sub("", text.strip()).split())
+    if not text:
+        return ""
+    boxed = BOXED.search(text)
+    if boxed:
+        return boxed.group(1).strip()
+    for pattern in EMPHASIS:
+        spans = [m.strip() for m in pattern.findall(text)]
+        spans = [m for m in spans if len(m) > 2 and re.search(r"\w", m)]
+        if spans:
+            return spans[0]
+    for pattern in SAYS:
+        said = pattern.search(text)
+        if said:
+            answer = EDGES.sub("", said.group(1).strip())
+            if len(answer) > 3:
+                return answer
+    sentences = [part.strip() for part in SENTENCE_END.split(text) if len(part.strip()) > 5]
+    return sentences[0] if sentences else text[:100].strip()

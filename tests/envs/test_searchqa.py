@@ -1,4 +1,5 @@
-"""SearchQA: actions, rewards (HotpotQA scoring), the built-in corpus and questions, BM25 retrieval."""
+"""SearchQA: RAGEN's reading of actions and answers (by default) and the strict one, rewards (HotpotQA
+scoring), the built-in corpus and questions, BM25 retrieval, RAGEN's and Search-R1's retrieval servers."""
 
 import collections
 import json
@@ -35,7 +36,7 @@ def test_search_then_finish():
     env = env_with()
     obs, r, term, trunc, info = env.step("search[capital Estonia]")
     assert (r, term, info["action_is_valid"], info["gold_retrieved"], info["searches"]) == (0.0, False, True, True, 1)
-    assert "[1] Estonia:" in obs and obs.count("\n[") == 3  # top_k = 3 passages
+    assert "[1] Estonia:" in obs and obs.count("\n[") == 5  # top_k = 5 passages (RAGEN's)
     obs, r, term, trunc, info = env.step("finish[tallinn]")
     assert (r, term, info["success"]) == (1.0, True, True)
 
@@ -47,16 +48,50 @@ def test_partial_credit_and_a_miss():
     assert env.step("finish[Riga]")[1:3] == (0.0, True)
 
 
+# (reply's answer, RAGEN's reward, success, episode over, action_is_valid) for "What is the capital of
+# Estonia?" (gold "Tallinn"), worked from RAGEN's SearchEnv.step and SearchRewardFn
+RAGEN_CASES = [
+    ("finish[Tallinn]", 1.0, True, True, True),
+    ("finish[tallinn city]", 2 / 3, True, True, True),                     # F1: precision 1/2, recall 1
+    ("finish[the city of tallinn in estonia]", 1 / 3, True, True, True),   # F1 1/3 >= 0.3
+    ("finish[a big old city called tallinn by the sea]", 0.0, False, True, True),  # F1 0.25
+    ("finish[]", 0.0, False, True, True),
+    ("search[]", 0.0, False, False, True),                                # an empty query is a search
+    ("The answer is Tallinn.", 1.0, True, True, False),                   # read from free text
+    ("**Tallinn**", 1.0, True, True, False),
+    ("I think so, Tallinn", 1.0, True, True, False),
+    ("\\boxed{Riga} or Tallinn", 0.0, False, True, False),
+    ("Search[capital of Estonia]", 0.0, False, True, False),              # prefixes are lower case
+    ("search[abc", 0.0, False, True, False),
+]
+
+
+@pytest.mark.parametrize("action, reward_, success, over, valid", RAGEN_CASES)
+def test_the_default_reading_is_ragens(action, reward_, success, over, valid):
+    _, r, term, trunc, info = env_with().step(action)
+    assert (r, info["success"], term or trunc, info["action_is_valid"]) == \
+        (pytest.approx(reward_), success, over, valid)
+
+
+def test_success_is_an_exact_match_only_on_request_and_yes_no_answers_get_no_partial_credit():
+    assert env_with(success="exact").step("finish[tallinn city]")[4]["success"] is False
+    yes = {"question": "Is Tallinn in Estonia?", "answer": "yes"}
+    assert env_with(yes).step("finish[yes it is]")[1] == 0.0 and env_with(yes).step("finish[Yes]")[1] == 1.0
+    assert f1("yes it is", "yes") == 0.0 and f1("no", "no") == 1.0
+
+
 @pytest.mark.parametrize("action", ["search[]", "search[  ]", "finish[]", "search[abc", "search abc", "lookup[x]",
                                     "search[" * 1000, "search[" + "x" * 1000 + "]", "search[a\x00b]", "finish[a[b]"])
-def test_malformed_actions_are_invalid(action):
-    env = env_with()
+def test_under_the_penalize_rule_malformed_actions_are_invalid(action):
+    env = env_with(invalid_action="penalize")
     obs, r, term, trunc, info = env.step(action)
     assert (r, term, info["action_is_valid"], info["searches"]) == (0.0, False, False, 0)
 
 
 def test_passages_are_cut_and_truncation_comes_at_max_steps():
     env = env_with(max_passage_chars=20, top_k=1, max_steps=2)
+    everything = env_with(max_total_chars=100).step("search[Estonia]")[0]
+    assert everything.endswith("...") and len(everything.split("'Estonia':\n", 1)[1]) == 103
     obs = env.step("search[Estonia]")[0]
     line = [x for x in obs.splitlines() if x.startswith("[1]")][0]
     assert line.endswith("...") and len(line.split(": ", 1)[1]) == 23
@@ -89,6 +124,13 @@ def test_the_index_is_built_once_per_process():
     assert a.unwrapped.retriever._index is b.unwrapped.retriever._index
 
 
+def test_a_dataset_item_is_seed_mod_n_of_the_first_max_instances():
+    records = [{"question": f"q{i}?", "answer": str(i)} for i in range(5)]
+    env = gym.make("Ragen/SearchQA-v0", dataset=records, max_instances=3)
+    assert [env.reset(seed=s)[0].splitlines()[0] for s in (0, 1, 2, 3, 10_001)] == \
+        ["Question: q0?", "Question: q1?", "Question: q2?", "Question: q0?", "Question: q2?"]
+
+
 def test_a_corpus_and_questions_of_ones_own():
     passages = [{"id": "p1", "title": "Mars", "text": "Mars has two moons, Phobos and Deimos."},
                 {"id": "p2", "title": "Venus", "text": "Venus has no moon."}]
@@ -118,11 +160,44 @@ class Retriever(BaseHTTPRequestHandler):
         pass
 
 
+class RagenRetriever(Retriever):
+    """RAGEN's retrieval server's API: POST /retrieve {query, top_k} -> {results: [{id, content, score}]}."""
+
+    def do_POST(self):
+        assert self.path == "/retrieve"
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        assert set(body) == {"query", "top_k"}
+        docs = [{"id": f"d{i}", "content": f"about {body['query']} " + "x" * 900, "score": 1.0 - i}
+                for i in range(body["top_k"])]
+        payload = json.dumps({"results": docs}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def test_ragens_retrieval_server():
+    server = HTTPServer(("127.0.0.1", 0), RagenRetriever)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = env_with(retriever_url=f"http://127.0.0.1:{server.server_port}")
+        obs = env.step("search[moons]")[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+    passages = obs.split("'moons':\n", 1)[1]
+    assert passages.startswith("[1] about moons x") and "[5] about moons" in passages
+    assert len(passages) == 4003 and passages.endswith("...")  # 800 characters a passage, 4,000 in all
+    with pytest.raises(ValueError, match="retriever_api"):
+        gym.make("Ragen/SearchQA-v0", retriever_url="http://127.0.0.1:1", retriever_api="solr")
+
+
 def test_a_search_r1_retrieval_server():
     server = HTTPServer(("127.0.0.1", 0), Retriever)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        env = env_with(retriever_url=f"http://127.0.0.1:{server.server_port}/retrieve", top_k=2)
+        env = env_with(retriever_url=f"http://127.0.0.1:{server.server_port}/retrieve", top_k=2,
+                       retriever_api="search-r1")
         obs = env.step("search[moons]")[0]
         assert "[1] Doc 0: about moons" in obs and "[2] Doc 1" in obs
     finally:
@@ -140,5 +215,5 @@ def test_the_hub_source_is_hotpotqa(monkeypatch):
     monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: True)
     data.load_hub.cache_clear()
     gym.make("Ragen/SearchQA-v0", dataset="hub", split="validation")
-    assert calls == [(("hotpotqa/hotpot_qa", "fullwiki"), "validation")]
+    assert calls == [(("hotpotqa/hotpot_qa", "distractor"), "validation")]
     data.load_hub.cache_clear()
