@@ -6,22 +6,36 @@ title, price, ``Description``, ``Features``, ``Buy Now``, ``< Prev``); and descr
 sub-pages.
 
 Observation: the instruction and the page as text, its parts separated by ``[SEP]`` as in WebShop,
-clickable elements in square brackets (``[Next >]``). ``info["available_actions"]`` lists every valid
-action of the page.
+clickable elements in square brackets (``[Next >]``). With ``observation="ragen"`` (default) RAGEN's
+nine lines of shopping advice follow (in our words) and the line "You must choose from these actions:"
+with every action of the page; ``"page"`` shows the page alone. ``info["available_actions"]`` lists
+them either way.
 
-Action: ``search[query]`` (on the search page) or ``click[element]`` (a product id, an option value,
-a button; case-insensitive). An action the page does not offer changes nothing and is flagged invalid.
+Action: ``search[query]`` or ``click[element]`` (a product id, an option value, a button;
+case-insensitive). Other actions, by ``invalid_action``:
+- ``"ignore"`` (default, RAGEN's): any text is stepped; one the page does not offer does nothing (no
+  penalty), with ``info["action_is_valid"]`` False; a search works from any page (and is flagged
+  invalid off the search page, as in RAGEN).
+- ``"penalize"``: an action the page does not offer (a search off the search page too) is an invalid
+  action: nothing happens and the agent loop's format penalty applies.
+Empty text, control characters and text over 10,000 characters are invalid actions either way.
 
-Reward: 0 until ``Buy Now``, which ends the episode with WebShop's reward (``reward.py``):
-``r_type * (matched attributes + matched options + [price <= limit]) / (attributes + options + 1)``.
-``info`` then holds its parts. Success: a reward of 1. Truncated after ``max_steps`` (default 15).
+Reward: 0 until ``Buy Now``, which ends the episode. WebShop's score (``reward.py``):
+``r_type * (matched attributes + matched options + [price <= limit]) / (attributes + options + 1)``,
+in ``info["raw_reward"]`` with its parts. The reward, by ``reward``: ``"binary"`` (default, RAGEN's) 1
+when the score is 1, else 0; ``"score"`` the score itself. Success: a score of 1. Truncated after
+``max_steps`` (default 15).
 
 Arguments:
 - ``dataset``: ``"builtin"`` (default: 1,200 generated products in 6 categories, and goals built from
   them; ``catalog.py``) or a folder with WebShop's own JSON files (``items_shuffle.json`` and
   ``items_human_ins.json`` or ``items_ins_v2.json``), for users who have that data.
-- ``split``: ``"train"`` or ``"test"`` (built-in goals: disjoint seeds; a folder: an 80/20 split).
-- ``max_steps=15``, ``results_per_page=10``, ``max_results=50``, ``render_mode`` (``"ansi"`` or None).
+- ``split``: ``"train"`` or ``"test"``. Built-in goals: disjoint seeds. A folder's goals, by
+  ``selection``: ``"ragen"`` (default) RAGEN's ranges over the goals in a seed-42 shuffle: train goal
+  ``seed % (n - 1500) + 1500``, test (RAGEN's validation) ``seed % 1000 + 500``; ``"hash"``: an 80/20
+  split by instruction, drawn by the env's generator.
+- ``reward``, ``observation``, ``invalid_action`` (above), ``max_steps=15``, ``results_per_page=10``,
+  ``max_results=50``, ``render_mode`` (``"ansi"`` or None).
 
 Product search is BM25 over each product's title, type, category, attributes and features
 (``ragen_envs.bm25``; one index per catalogue and process). ``reset(seed=s)`` picks the goal from ``s``;
@@ -30,19 +44,36 @@ Product search is BM25 over each product's title, type, category, attributes and
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_positive_int, open_text
+from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
 from ragen_envs.bm25 import shared_index
 from ragen_envs.webshop import catalog
 from ragen_envs.webshop.catalog import Goal, Product
-from ragen_envs.webshop.reward import reward
+from ragen_envs.webshop.reward import reward as webshop_score
 
 ACTION = re.compile(r"\s*(search|click)\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
 SEARCH, RESULTS, ITEM, DESCRIPTION, FEATURES = "search", "results", "item", "description", "features"
 BACK, NEXT, PREV, BUY = "Back to Search", "Next >", "< Prev", "Buy Now"
+
+MAX_ACTION_CHARS = 10_000
+# RAGEN's advice after each page (its RENDER_INSTRUCTIONS), said in our words
+ADVICE = (
+    "You have a limited number of actions: buy a product in time; it need not match the description exactly.",
+    "Leave details such as size and color out of the search terms.",
+    "Search two times at most.",
+    "A close enough product bought in time beats a perfect one never found.",
+    "Prefer a product on the current page to turning the page.",
+    "Click next more than twice only in rare cases.",
+    "Go back a page only when you are sure the product is there.",
+    "With fewer than 3 actions left, buy the first product of the current page.",
+    "Where a matching option exists, click the size, then the color, one at a time, before buy now; with one "
+    "action left, just click buy now. Do not open the description.",
+)
+RAGEN_GOALS_HELD_OUT = 1500  # RAGEN's train goals start past the first 1,500 of the shuffle
 
 INSTRUCTIONS = (
     "You are shopping in a web shop. Buy the product the instruction asks for, with the right options, "
@@ -56,11 +87,20 @@ class WebShopEnv(TextEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 15,
-                 results_per_page: int = 10, max_results: int = 50, render_mode: str | None = None):
+                 results_per_page: int = 10, max_results: int = 50, render_mode: str | None = None,
+                 reward: str = "binary", observation: str = "ragen", invalid_action: str = "ignore",
+                 selection: str = "ragen"):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         for name, value in (("results_per_page", results_per_page), ("max_results", max_results)):
             check_positive_int(name, value)
+        for name, value, choices in (("reward", reward, ("binary", "score")),
+                                     ("observation", observation, ("ragen", "page")),
+                                     ("invalid_action", invalid_action, ("ignore", "penalize")),
+                                     ("selection", selection, ("ragen", "hash"))):
+            check_option(name, value, choices)
         self.per_page, self.max_results = results_per_page, max_results
+        self.reward_rule, self.observation_rule, self.invalid_action = reward, observation, invalid_action
+        self.split = split
         if isinstance(dataset, str) and dataset == "builtin":
             self.products = catalog.builtin_products()
             self.source = data.Source("builtin", split, (), "", None, generate=catalog.builtin_goal)
@@ -69,9 +109,12 @@ class WebShopEnv(TextEnv):
             if split not in ("train", "test"):
                 raise ValueError(f"split must be 'train' or 'test', got {split!r}")
             self.products, goals = catalog.load_webshop_folder(dataset)
-            # The folder's goals, split here: shipped items of a source of their own.
-            mine = [g for g in goals if data.hash_split(g.instruction) == split] or goals
-            self.source = data.Source("builtin", split, (), "", None, shipped=lambda: mine)
+            if selection == "ragen":
+                self._goals = ragen_goal_order(goals, dataset)
+                self.source = None
+            else:  # the folder's goals, split here: shipped items of a source of their own
+                mine = [g for g in goals if data.hash_split(g.instruction) == split] or goals
+                self.source = data.Source("builtin", split, (), "", None, shipped=lambda: mine)
             key = ("webshop", str(dataset), len(self.products))
         self._by_id = {p.id.lower(): i for i, p in enumerate(self.products)}
         self._index = shared_index(key, lambda: [p.search_text() for p in self.products])
@@ -83,12 +126,21 @@ class WebShopEnv(TextEnv):
         goal = options.get("goal")
         if goal is not None and not isinstance(goal, Goal):
             raise ValueError("options['goal'] must be a ragen_envs.webshop.catalog.Goal")
-        self.goal = goal or self.source.sample(self.np_random)
+        self.goal = goal or self._sample_goal()
         self.page, self.query, self.results, self.page_number = SEARCH, "", [], 1
         self.product: Product | None = None
         self.chosen: dict[str, str] = {}
         self.outcome = {}
         return {}
+
+    def _sample_goal(self) -> Goal:
+        if self.source is not None:
+            return self.source.sample(self.np_random)
+        n = len(self._goals)
+        seed = self.reset_seed if self.reset_seed is not None else int(self.np_random.integers(1 << 31))
+        held_out = RAGEN_GOALS_HELD_OUT
+        index = seed % (n - held_out) + held_out if self.split == "train" else seed % 1000 + 500
+        return self._goals[index]
 
     def clickables(self) -> list[str]:
         """The elements the current page offers to click."""
@@ -113,22 +165,30 @@ class WebShopEnv(TextEnv):
         return {"available_actions": [] if self._terminated else self.available_actions(), **self.outcome}
 
     # -- actions ---------------------------------------------------------------------------------
-    def parse_action(self, action: str) -> tuple[str, str] | None:
-        match = ACTION.fullmatch(action)
-        if match is None:
+    def parse_action(self, action: str) -> tuple[str, str, bool] | None:
+        """(verb, argument, whether the page offers it); None for an invalid action."""
+        text = open_text(action, MAX_ACTION_CHARS)
+        if text is None:
             return None
-        verb, argument = match.group(1).lower(), open_text(match.group(2), 500)
-        if argument is None:
-            return None
-        if verb == "search":
-            return ("search", argument) if self.page == SEARCH else None
-        for element in self.clickables():
-            if element.lower() == argument.lower():
-                return "click", element
-        return None
+        ignore = self.invalid_action == "ignore"
+        match = ACTION.fullmatch(text)
+        argument = open_text(match.group(2), 500) if match else None
+        if argument is not None and match.group(1).lower() == "search":
+            if self.page == SEARCH or ignore:
+                return "search", argument, self.page == SEARCH
+        elif argument is not None:
+            for element in self.clickables():
+                if element.lower() == argument.lower():
+                    return "click", element, True
+        return ("nothing", text, False) if ignore else None
 
-    def _apply(self, action: tuple[str, str]) -> tuple[float, bool, bool]:
-        verb, target = action
+    def _is_valid(self, action: tuple[str, str, bool]) -> bool:
+        return action[2]
+
+    def _apply(self, action: tuple[str, str, bool]) -> tuple[float, bool, bool]:
+        verb, target, _ = action
+        if verb == "nothing":
+            return 0.0, False, False
         if verb == "search":
             self.query = target
             self.results = [i for i, _ in self._index.search(target, self.max_results)]
@@ -149,9 +209,10 @@ class WebShopEnv(TextEnv):
         elif target in ("Description", "Features"):
             self.page = target.lower()
         elif target == BUY:
-            self.outcome = reward(self.product, list(self.chosen.values()), self.goal)
+            self.outcome = webshop_score(self.product, list(self.chosen.values()), self.goal)
+            score = self.outcome["raw_reward"] = self.outcome.pop("reward")
             self.outcome["bought"] = self.product.id
-            return self.outcome["reward"], True, True
+            return (float(score >= 1.0) if self.reward_rule == "binary" else score), True, True
         else:  # an option value: the first group that offers it
             group = next(g for g, values in self.product.options.items() if target in values)
             self.chosen[group] = target
@@ -159,6 +220,13 @@ class WebShopEnv(TextEnv):
 
     # -- pages -----------------------------------------------------------------------------------
     def _text(self) -> str:
+        page = self._page_text()
+        if self.observation_rule == "page" or self._terminated:
+            return page
+        return (page + ".\n" + "\n".join(ADVICE) + "\nYou must choose from these actions: "
+                + ", ".join(self.available_actions()) + ".")
+
+    def _page_text(self) -> str:
         head = f"Instruction: [SEP] {self.goal.instruction}"
         if self.page == SEARCH:
             body = "[Search]" if not self.outcome else f"You bought {self.outcome['bought']}."
@@ -187,7 +255,7 @@ class WebShopEnv(TextEnv):
         return text + (f"\nYou bought {p.id}." if self.outcome else "")
 
     def _is_success(self) -> bool:
-        return self.outcome.get("reward", 0.0) == 1.0
+        return self.outcome.get("raw_reward", 0.0) == 1.0
 
     def oracle_reasoning(self) -> str | None:
         action = self.oracle_action()
@@ -229,3 +297,13 @@ class WebShopEnv(TextEnv):
             if value not in self.chosen.values() and value in offered:
                 return f"click[{value}]"
         return f"click[{BUY}]"
+
+
+def ragen_goal_order(goals: list[Goal], where: Any) -> list[Goal]:
+    """The goals as RAGEN indexes them: shuffled by ``Random(42)``; its ranges need over 1,500 goals."""
+    if len(goals) <= RAGEN_GOALS_HELD_OUT + 500:
+        raise ValueError(f"{where}: RAGEN's goal ranges need over {RAGEN_GOALS_HELD_OUT + 500} goals, the folder "
+                         f"has {len(goals)}; selection='hash' splits a smaller set")
+    order = list(range(len(goals)))
+    random.Random(42).shuffle(order)
+    return [goals[i] for i in order]

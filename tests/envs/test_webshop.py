@@ -1,5 +1,6 @@
-"""WebShop: pages and actions, WebShop's reward on hand-built cases, the generated catalogue, and the
-real data's folder format."""
+"""WebShop: pages and actions, WebShop's reward on hand-built cases, RAGEN's rules (binary reward, advice
+and action list, no-op invalid actions, goal ranges) and ours, the generated catalogue, and the real
+data's folder format."""
 
 import json
 
@@ -51,7 +52,7 @@ def shop(**kwargs):
 
 
 def test_pages_and_their_actions():
-    env = shop()
+    env = shop(observation="page")
     obs, _, _, _, info = env.step("search[non slip breathable running shoes]")
     assert info["action_is_valid"] and "Page 1 (Total results: 50)" in obs and "[Next >]" in obs
     assert info["available_actions"][:2] == ["click[Back to Search]", "click[Next >]"]
@@ -77,8 +78,8 @@ def test_unavailable_actions_change_nothing(action):
     assert (obs, reward_, terminated, info["action_is_valid"]) == (before, 0.0, False, False)
 
 
-def test_search_only_on_the_search_page_and_buying_ends_the_episode():
-    env = gym.make("Ragen/WebShop-v0")
+def test_under_the_penalize_rule_search_only_on_the_search_page_and_the_score_as_reward():
+    env = gym.make("Ragen/WebShop-v0", invalid_action="penalize", reward="score")
     env.reset(seed=4)
     goal = env.unwrapped.goal
     env.step("search[running shoes]")
@@ -93,6 +94,45 @@ def test_search_only_on_the_search_page_and_buying_ends_the_episode():
     wanted = len(goal.attributes) + len(goal.options) + 1
     assert terminated and info["options_matched"] == 1 and r == pytest.approx((wanted - len(goal.options) + 1) / wanted)
     assert env.step("click[Back to Search]")[1:3] == (0.0, True)  # absorbing
+
+
+def test_ragens_rules_by_default_binary_reward_advice_and_actions_no_op_actions():
+    env = shop()
+    obs = env.unwrapped._observation()
+    assert obs.count("\n") == 10 and obs.endswith("You must choose from these actions: search[<your query>].")
+    obs, r, _, _, info = env.step("search[running shoes]")
+    assert "click[Back to Search], click[Next >]" in obs.splitlines()[-1] and info["action_is_valid"]
+    # an action the page does not offer: stepped, nothing happens, no penalty from the agent loop
+    for action in ("click[Buy Now]", "buy the shoes", "search[]"):
+        after, r, term, _, info = env.step(action)
+        assert (after, r, term, info["action_is_valid"], info["action_is_effective"]) == (obs, 0.0, False, False, False)
+    # a search works from any page, flagged invalid off the search page (RAGEN's action_is_valid)
+    obs, _, _, _, info = env.step("search[mugs]")
+    assert "Page 1" in obs and not info["action_is_valid"] and info["action_is_effective"]
+    # binary reward: the right product bought without its options (WebShop's score below 1) pays 0
+    env = gym.make("Ragen/WebShop-v0")
+    env.reset(seed=1)
+    goal = env.unwrapped.goal
+    assert goal.options
+    while env.unwrapped.page != "item":
+        env.step(env.unwrapped.oracle_action())
+    _, r, term, _, info = env.step("click[Buy Now]")
+    wanted = len(goal.attributes) + len(goal.options) + 1
+    assert (r, term, info["raw_reward"], info["success"]) == (0.0, True, pytest.approx(1 - len(goal.options) / wanted),
+                                                              False)
+    env.reset(seed=1)
+    while not env.unwrapped._terminated:
+        _, r, term, _, info = env.step(env.unwrapped.oracle_action())
+    assert (r, info["raw_reward"], info["success"]) == (1.0, 1.0, True)
+
+
+def test_an_off_page_action_costs_the_format_penalty_only_under_the_penalize_rule():
+    from ragen_envs.agent import ChatEnv
+
+    for rule, penalty in (("ignore", 0.0), ("penalize", -0.1)):
+        chat = ChatEnv("Ragen/WebShop-v0", invalid_action=rule)
+        chat.reset(seed=0)
+        assert chat.step("<think>x</think><answer>click[Buy Now]</answer>").reward == penalty
 
 
 def test_the_oracle_buys_the_right_product_and_truncation_at_max_steps():
@@ -139,7 +179,7 @@ def test_the_real_webshop_data_from_a_folder(tmp_path):
     (tmp_path / "items_human_ins.json").write_text(json.dumps({"B0REAL0001": [
         {"instruction": "i want non slip running shoes in black", "instruction_attributes": ["non slip"],
          "instruction_options": ["black"]}]}))
-    env = gym.make("Ragen/WebShop-v0", dataset=str(tmp_path))
+    env = gym.make("Ragen/WebShop-v0", dataset=str(tmp_path), selection="hash")
     obs = env.reset(seed=0)[0]
     assert "i want non slip running shoes in black, and price lower than 70 dollars" in obs
     while True:
@@ -149,3 +189,24 @@ def test_the_real_webshop_data_from_a_folder(tmp_path):
     assert r == 1.0
     with pytest.raises(ValueError, match="items_shuffle.json"):
         gym.make("Ragen/WebShop-v0", dataset=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="RAGEN's goal ranges need over 2000 goals"):
+        gym.make("Ragen/WebShop-v0", dataset=str(tmp_path))
+
+
+def test_ragens_goal_ranges_over_the_seed_42_shuffle(tmp_path):
+    import random
+
+    items = [{"asin": "B0REAL0001", "name": "Acme Trail Running Shoe", "query": "running shoes",
+              "product_category": "Clothing › Shoes", "pricing": "$45.00", "customization_options": {},
+              "Attributes": [], "BulletPoints": [], "full_description": ""}]
+    n = 2100
+    (tmp_path / "items_shuffle.json").write_text(json.dumps(items))
+    (tmp_path / "items_human_ins.json").write_text(json.dumps({"B0REAL0001": [
+        {"instruction": f"goal {i}", "instruction_attributes": [], "instruction_options": []} for i in range(n)]}))
+    order = list(range(n))
+    random.Random(42).shuffle(order)
+    for split, seed, index in (("train", 10_000, 10_000 % (n - 1500) + 1500), ("test", 123, 123 % 1000 + 500),
+                               ("train", 7, 7 + 1500)):
+        env = gym.make("Ragen/WebShop-v0", dataset=str(tmp_path), split=split)
+        env.reset(seed=seed)
+        assert env.unwrapped.goal.instruction.startswith(f"goal {order[index]},")
