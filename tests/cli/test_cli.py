@@ -7,7 +7,7 @@ import pytest
 
 from ragen_envs.cli import main, parse
 from ragen_envs.registry import ENVIRONMENTS
-from conftest import DEFAULT, SMOKE, SMOKE_KWARGS
+from conftest import DEFAULT, SMOKE, SMOKE_KWARGS, USABLE_IDS
 
 
 @pytest.fixture
@@ -26,6 +26,17 @@ def test_eval_prints_the_table_and_saves(model_dir, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "success" in text and "format_valid" in text
     assert len(out.read_text().splitlines()) == 4  # 1 group x 2 samples for each env
+
+
+def test_eval_with_ragens_validation_preset_runs_on_every_catalogue_env(model_dir, tmp_path, capsys):
+    for env_id in USABLE_IDS:  # RAGEN's turns and env settings per env, one short episode each here
+        out = tmp_path / f"{env_id.split('/')[1]}.jsonl"
+        assert main(["eval", "--preset", "ragen2-main", "--env", env_id, "--groups", "1", "--max-turns", "1",
+                     "--max-new-tokens", "4", "--model", model_dir, "--save", str(out)]) == 0, env_id
+        episode = json.loads(out.read_text())
+        assert episode["seed"] == 123 and episode["env_id"] == env_id
+        stated = ENVIRONMENTS[env_id].max_tokens  # the length line says the env's own budget
+        assert f"Max response length: {stated} words" in episode["messages"][1]["content"]
 
 
 def test_train_then_plot(model_dir, tmp_path, capsys):
