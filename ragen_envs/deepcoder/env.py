@@ -15,7 +15,9 @@ RAGEN) have been run: the task's own end. Invalid actions run nothing; the episo
 ``max_attempts + 2`` steps of any kind.
 
 Tests (``problems.py``): stdin/stdout (lines compared after stripping, numbers within 1e-6),
-function calls (a function or a ``Solution`` method with JSON arguments) and asserts (HumanEval's
+function calls (a function or a ``Solution`` method with JSON arguments; values compared as plain
+values, floats within 1e-6; ``compare="ragen"`` compares as RAGEN's harness does: stdout equal after
+stripping, ``str(result) == str(expected)``, so ``0.30000000000000004`` fails for 0.3) and asserts (HumanEval's
 checks, one test per assert). Every submission runs in the sandbox (``sandbox.py``): bubblewrap by
 default; ``sandbox="rlimit"`` opts into a weaker, namespace-free runner (with a warning).
 
@@ -25,7 +27,8 @@ Arguments:
   ``"hub"`` (``agentica-org/DeepCoder-Preview-Dataset:lcbv5``) / ``"hub:OWNER/NAME[:CONFIG]"``, with
   DeepCoder-Preview's fields ``problem`` and ``tests`` (plus ``metadata``, ``starter_code``).
 - ``split``: ``"train"`` or ``"test"`` (built-in: a fixed 80/20 split).
-- ``max_attempts=1``, ``sandbox="bubblewrap"``, ``limits`` (a ``sandbox.Limits``), ``render_mode``.
+- ``max_attempts=1``, ``sandbox="bubblewrap"``, ``limits`` (a ``sandbox.Limits``), ``compare``,
+  ``render_mode``.
 
 ``reset(seed=s)`` picks the problem from ``s``; ``reset(options={"problem": Problem(...)})`` poses a given
 one. ``oracle_action()`` returns the reference solution in a ```python block; ``oracle_reasoning()`` what
@@ -37,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_positive_int, open_text
+from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
 from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.problems import Problem, program_of, stdout_matches, values_match
 from ragen_envs.deepcoder.sandbox import Limits, Run, make_sandbox
@@ -55,12 +58,21 @@ INSTRUCTIONS = (
 )
 
 
-def passed(test: dict, run: Run) -> bool:
+def passed(test: dict, run: Run, compare: str = "values") -> bool:
+    """Whether a test passed: ``compare="values"`` (ours) or ``"ragen"`` (RAGEN's harness: stdout equal
+    after stripping both ends, a call's ``str(result) == str(expected)``)."""
     if run.status != "ok":
         return False
     if test["kind"] == "stdio":
+        if compare == "ragen":
+            return run.stdout.strip() == test["expected"].strip()
         return stdout_matches(run.stdout, test["expected"])
     if test["kind"] == "call":
+        if compare == "ragen":
+            try:
+                return str(run.value) == str(test["expected"])
+            except ValueError:  # an integer too long to print: not the expected value
+                return False
         return values_match(run.value, test["expected"])
     return True  # an assert that ran to the end
 
@@ -90,8 +102,11 @@ class DeepCoderEnv(TextEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 1,
-                 sandbox: str = "bubblewrap", limits: Limits | None = None, render_mode: str | None = None):
+                 sandbox: str = "bubblewrap", limits: Limits | None = None, render_mode: str | None = None,
+                 compare: str = "values"):
         check_positive_int("max_attempts", max_attempts)
+        check_option("compare", compare, ("values", "ragen"))
+        self.compare = compare
         super().__init__(max_steps=max_attempts + 2, render_mode=render_mode)
         self.max_attempts = max_attempts
         self.attempts = 0
@@ -117,7 +132,7 @@ class DeepCoderEnv(TextEnv):
         """(tests passed, the failing tests with their runs) of a program."""
         tests = self.problem.tests
         runs = self.sandbox.run(program, [{k: v for k, v in t.items() if k != "expected"} for t in tests])
-        failed = [(t, r) for t, r in zip(tests, runs) if not passed(t, r)]
+        failed = [(t, r) for t, r in zip(tests, runs) if not passed(t, r, self.compare)]
         return len(tests) - len(failed), failed
 
     def _apply(self, answer: str) -> tuple[float, bool, bool]:

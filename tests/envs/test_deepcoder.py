@@ -54,6 +54,27 @@ def test_value_comparison(got, expected, match):
     assert values_match(got, expected) is match
 
 
+# (kind, what the program gave, expected, RAGEN's verdict, ours), worked from RAGEN's harness: stdout
+# equal after strip(), a call's str(result) == str(expected)
+COMPARE_CASES = [
+    ("stdio", "1 2\n3\n", "1 2\n3", True, True), ("stdio", "1  2", "1 2", False, True),
+    ("stdio", "1.0", "1", False, True), ("stdio", "YES", "yes", False, False),
+    ("call", 0.30000000000000004, 0.3, False, True), ("call", (1, 2), [1, 2], False, True),
+    ("call", [1, 2], [1, 2], True, True), ("call", True, 1, False, False), ("call", "1", 1, True, False),
+    ("call", 10 ** 5000, 1, False, False),
+]
+
+
+@pytest.mark.parametrize("kind, got, expected, ragen, ours", COMPARE_CASES, ids=[str(i) for i in range(10)])
+def test_ragens_comparison_on_request(kind, got, expected, ragen, ours):
+    from ragen_envs.deepcoder.env import passed
+    from ragen_envs.deepcoder.sandbox import Run
+
+    test = {"kind": kind, "expected": expected}
+    run = Run("ok", stdout=got) if kind == "stdio" else Run("ok", value=got)
+    assert (passed(test, run, "ragen"), passed(test, run)) == (ragen, ours)
+
+
 def test_deepcoder_preview_records_in_each_format():
     functional = from_record({"problem": "Sum two numbers.", "metadata": json.dumps({"func_name": "add"}),
                               "starter_code": "class Solution:\n    def add(self, a, b):\n",
