@@ -33,11 +33,12 @@ def records(dataset: str | Sequence[dict], fields: Sequence[str], hub_name: str 
             split: str) -> tuple[dict, ...]:
     """The records of a non-builtin ``dataset`` (see the module docstring), each checked for ``fields``.
     ``hub_name`` is the env's online dataset: ``OWNER/NAME[:CONFIG]``, configs joined by ``+`` (their
-    records one after another), or a dict of such names by split (``"*"`` for any other split)."""
+    records one after another), or a dict of such names by split."""
     if isinstance(dataset, str):
         if dataset == "hub" or dataset.startswith("hub:"):
-            name = dataset[4:] or (hub_name.get(split, hub_name.get("*")) if isinstance(hub_name, dict)
-                                   else hub_name)
+            name = dataset[4:] or (hub_name.get(split) if isinstance(hub_name, dict) else hub_name)
+            if not name:
+                raise ValueError(f"dataset='hub' has no split {split!r}; its splits: {', '.join(hub_name)}")
             repo, _, configs = name.partition(":")
             rows = sum((load_hub(f"{repo}:{config}" if config else repo, split)
                         for config in configs.split("+")), ())
@@ -154,7 +155,8 @@ class Source:
     ``seed % n``); without it, or without a seed, the env's generator draws one.
     """
 
-    def __init__(self, dataset: Any, split: str, fields: Sequence[str], hub_name: str, convert: Callable,
+    def __init__(self, dataset: Any, split: str, fields: Sequence[str], hub_name: str | dict[str, str],
+                 convert: Callable,
                  generate: Callable[[random.Random], Any] | None = None,
                  shipped: Callable[[], Sequence[Any]] | None = None,
                  select: Callable[[list], list] | None = None, pick: Callable[[int, int], int] | None = None):
