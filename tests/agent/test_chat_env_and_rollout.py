@@ -9,7 +9,7 @@ from ragen_envs.agent import (ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunn
                               load_jsonl, save_jsonl)
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.trajectory import think_span
-from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, env_params
+from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS, env_params
 
 LEVEL = "#######\n#P_X_O#\n#_____#\n#_____#\n#######"
 
@@ -316,3 +316,19 @@ def test_a_runners_state_continues_its_seed_sequence(scripted):
     old = RolloutRunner(SMOKE, scripted(["<answer>Up</answer>"]), config)
     old.load_state_dict({"calls": 3})  # a checkpoint without seed_offset: every batch drew new seeds
     assert old.next_seed == 5 + 3 * 2
+
+
+def test_an_open_text_answer_is_stepped_whatever_it_says_and_only_a_missing_format_costs_the_penalty():
+    """RAGEN's rule for envs without an action lookup (its five text tasks: their default arguments read
+    any text): the <answer> text goes to the env (which scores it or does nothing); -0.1 only when no
+    <think>...</think><answer>...</answer> is found. (Bandit and Sudoku have RAGEN action lookups.)"""
+    open_text = [i for i in USABLE_IDS if gym.make(i).unwrapped.parse_action("no idea, sorry") is not None]
+    assert len(open_text) >= 2  # five where every extra and bubblewrap are installed
+    for env_id in open_text:
+        chat = ChatEnv(env_id, ChatEnvConfig(max_turns=3), **ENVIRONMENTS[env_id].test_kwargs)
+        chat.reset(seed=0)
+        unreadable = chat.step("<think>hm</think><answer>no idea, sorry</answer>")
+        assert unreadable.env_steps == 1 and unreadable.reward >= 0.0, env_id
+        chat.reset(seed=0)
+        untagged = chat.step("no idea, sorry")
+        assert untagged.env_steps == 0 and untagged.reward == -0.1, env_id
