@@ -216,6 +216,23 @@ class SFTConfig:
             raise ValueError("learning_rate must be > 0 and freeze_layers >= 0")
 
 
+# The model organism's sizes (`ragen sft --from-scratch`, trainers/organism.py)
+@dataclass
+class OrganismConfig:
+    layers: int = 4  # decoder layers
+    width: int = 256  # hidden size (the MLP is 3x wider)
+    heads: int = 4  # attention heads (half as many key/value heads)
+    vocab_size: int = 2000  # BPE vocabulary learnt on the envs' text, special tokens included
+    corpus_episodes: int = 100  # oracle episodes per env whose text the tokenizer learns
+    max_context: int = 4096  # positions the model takes
+
+    def __post_init__(self):
+        for name in ("layers", "width", "heads", "vocab_size", "corpus_episodes", "max_context"):
+            check_positive_int(name, getattr(self, name))
+        if self.width % self.heads or self.heads % 2 and self.heads > 1:
+            raise ValueError(f"width ({self.width}) must divide into heads ({self.heads}), an even number or 1")
+
+
 # Named settings: nested dicts of TrainerConfig fields (the shape of a run's config.json), with each env's
 # own part in its catalogue entry (``EnvEntry.presets``).
 # "ragen2-main" is RAGEN's main-table run (config/base.yaml, the per-env configs and

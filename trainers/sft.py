@@ -54,20 +54,13 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
     demos = []
     for env_id in env_ids:
         chat = ChatEnv(env_id, config.chat, config.max_new_tokens)
-        env = chat.env.unwrapped
         for episode in range(config.episodes):
             seed = config.seed + episode
             prompt = chat_encoding.encode_chat(tokenizer, chat.reset(seed=seed)) + prefill_ids
             while not chat.done:
-                action, reasoning, oracle = env.oracle_action(), env.oracle_reasoning(), True
-                if action is None:
+                text, oracle = oracle_turn(chat, rng, config.imperfect, think=bool(prefill))
+                if text is None:
                     break
-                if chat.valid_actions and rng.random() < config.imperfect:
-                    action, oracle = rng.choice(chat.valid_actions), False
-                    reasoning = f"I am not sure which move is best here, so I try {action}."
-                reasoning = reasoning or f"The best next step here is {action}."
-                text = (f"{reasoning}</think><answer>{action}</answer>" if prefill
-                        else f"<answer>{action}</answer>")
                 reply = chat_encoding.tokenize(tokenizer, text) + eos
                 demos.append(Demo(env_id, seed, prompt, reply, oracle))
                 chat.step(prefill + text)
@@ -75,6 +68,21 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
                     prompt = chat_encoding.extend(tokenizer, prompt, reply, chat.messages, prefill)
         chat.close()
     return demos
+
+
+def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float, think: bool = True) -> tuple[str | None, bool]:
+    """A demonstrated reply (after the ``<think>`` prefill) for the chat's current state, and whether it is
+    the oracle's: a share ``imperfect`` of the turns of a finite action set plays a random valid action
+    (the reasoning then says it is a guess). (None, True) where the oracle knows no action."""
+    env = chat.env.unwrapped
+    action, reasoning, oracle = env.oracle_action(), env.oracle_reasoning(), True
+    if action is None:
+        return None, True
+    if chat.valid_actions and rng.random() < imperfect:
+        action, oracle = rng.choice(chat.valid_actions), False
+        reasoning = f"I am not sure which move is best here, so I try {action}."
+    reasoning = reasoning or f"The best next step here is {action}."
+    return (f"{reasoning}</think><answer>{action}</answer>" if think else f"<answer>{action}</answer>"), oracle
 
 
 @dataclass

@@ -133,7 +133,16 @@ def cmd_sft(args) -> int:
     config = cli_args.build(SFTConfig, args)
     envs = list(parse_env_flags(args.env, 1))
     policy = cli_args.build(PolicyConfig, args, include=TRAIN_POLICY_FIELDS)
-    record = warm_start(policy.model, envs, config, device=str(policy.device or "cpu"))
+    device = str(policy.device or "cpu")
+    if args.from_scratch:
+        from trainers.config import OrganismConfig
+        from trainers.organism import from_scratch
+
+        if policy.model is not None:
+            raise ValueError("--from-scratch builds its own model: leave out --model")
+        record = from_scratch(envs, config, cli_args.build(OrganismConfig, args), device=device)
+    else:
+        record = warm_start(policy.model, envs, config, device=device)
     if record.get("cached"):
         print(f"the warm-started model: {config.output_dir} (ragen train --model {config.output_dir})")
         return 0
@@ -194,7 +203,7 @@ def _add_env(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    from trainers.config import PRESETS, SFTConfig, TrainerConfig
+    from trainers.config import PRESETS, OrganismConfig, SFTConfig, TrainerConfig
 
     # --debug is taken before or after the command; SUPPRESS keeps a subcommand from resetting it.
     common = argparse.ArgumentParser(add_help=False)
@@ -240,6 +249,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _add_env(sf)
     cli_args.add_config(sf, PolicyConfig, include=TRAIN_POLICY_FIELDS)
     cli_args.add_config(sf, SFTConfig)
+    sf.add_argument("--from-scratch", action="store_true",
+                    help="build a model organism (a small decoder and a tokenizer learnt on the envs' text, "
+                         "sized by the flags below) and train it on the demonstrations, every layer")
+    cli_args.add_config(sf, OrganismConfig)
     sf.set_defaults(func=cmd_sft)
 
     sv = commands["serve"] = sub("serve", help="serve envs over HTTP to many clients (RemoteEnv, OpenEnv)")

@@ -1,0 +1,93 @@
+"""A model organism: a small decoder built from scratch for the envs, to study training dynamics on a CPU.
+
+    from trainers.organism import OrganismConfig, from_scratch
+    from_scratch(["Ragen/FrozenLakeCoord-v0"], SFTConfig(output_dir="runs/organism"), OrganismConfig())
+
+Its tokenizer is a byte-level BPE learnt from the envs' own text (the prompts, observations and oracle
+replies of ``corpus_episodes`` oracle episodes per env), so most words of an env are one token and any
+text still round-trips exactly (a word-level vocabulary would lose what it never saw). The chat
+markers are special tokens; ``<think>``, ``</think>``, ``<answer>`` and ``</answer>`` are whole tokens
+that decoding keeps. Its model is a Llama-style decoder of ``layers`` x ``width`` (a few million
+parameters with the default sizes), randomly initialised from the seed, then trained on the envs'
+oracle demonstrations by the warm start (``sft.py``: the same prompts, chat template, ``<think>``
+prefill and imperfect turns), every layer trained. The result is an ordinary model folder that
+``ragen eval/train --model`` and the vLLM backend load.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, replace
+
+import torch
+
+from ragen_envs.agent import ChatEnv
+from ragen_envs.agent.parsing import THINK_OPEN
+from trainers.config import OrganismConfig, SFTConfig
+from trainers.sft import oracle_turn, warm_start
+
+SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>"]
+TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def corpus(env_ids: list[str], sft: SFTConfig, episodes: int):
+    """The text of oracle episodes: every message (instructions, observations, feedback) and reply."""
+    rng = random.Random(sft.seed)
+    for env_id in env_ids:
+        chat = ChatEnv(env_id, sft.chat, sft.max_new_tokens)
+        for episode in range(episodes):
+            chat.reset(seed=sft.seed + episode)
+            while not chat.done:
+                text = oracle_turn(chat, rng, sft.imperfect)[0]
+                if text is None:
+                    break
+                chat.step(THINK_OPEN + text)
+            yield from (m["content"] for m in chat.messages)
+        chat.close()
+
+
+def build_tokenizer(texts, vocab_size: int):
+    """A byte-level BPE tokenizer learnt from ``texts``, with the chat template and tags (see above)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                        show_progress=False))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>",
+                                        bos_token="<|im_start|>")
+    tokenizer.add_tokens(TAGS)  # whole tokens, kept when special tokens are skipped
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_model(tokenizer, config: OrganismConfig, seed: int):
+    """A randomly initialised Llama-style decoder for ``tokenizer`` (fp32, tied embeddings)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=config.width, intermediate_size=3 * config.width,
+        num_hidden_layers=config.layers, num_attention_heads=config.heads,
+        num_key_value_heads=max(config.heads // 2, 1), max_position_embeddings=config.max_context,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id))
+    # what the warm start records as its model, so a cached organism is reused only for the same sizes
+    model.config._name_or_path = "organism:" + json.dumps(asdict(config), sort_keys=True)
+    return model
+
+
+def from_scratch(env_ids: list[str], sft: SFTConfig, organism: OrganismConfig | None = None,
+                 device: str = "cpu") -> dict:
+    """Build the organism's tokenizer and model for ``env_ids`` and train it on their demonstrations
+    (``warm_start`` with every layer trained); saved to ``sft.output_dir``. Deterministic for ``sft.seed``."""
+    organism = organism or OrganismConfig()
+    tokenizer = build_tokenizer(corpus(env_ids, sft, organism.corpus_episodes), organism.vocab_size)
+    model = build_model(tokenizer, organism, sft.seed)
+    return warm_start(model, env_ids, replace(sft, freeze_layers=0), tokenizer=tokenizer, device=device)
