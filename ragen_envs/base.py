@@ -44,6 +44,9 @@ from ragen_envs.spaces import CHARSET, TextSpace
 # Longest action string an agent is expected to send; longer ones are still accepted (and rejected
 # as invalid by the env's parser), the bound only describes the action space.
 MAX_ACTION_CHARS = 4096
+# Longest open-text answer the envs that read any text as an answer (RAGEN's rule) take; longer text
+# is an invalid action (RAGEN would step it; no answer is a book)
+MAX_ANSWER_CHARS = 10_000
 
 INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 

@@ -35,7 +35,7 @@ def records(dataset: str | Sequence[dict], fields: Sequence[str], hub_name: str 
     ``hub_name`` is the env's online dataset: ``OWNER/NAME[:CONFIG]``, configs joined by ``+`` (their
     records one after another), or a dict of such names by split."""
     if isinstance(dataset, str):
-        if dataset == "hub" or dataset.startswith("hub:"):
+        if is_hub(dataset):
             name = dataset[4:] or (hub_name.get(split) if isinstance(hub_name, dict) else hub_name)
             if not name:
                 raise ValueError(f"dataset='hub' has no split {split!r}; its splits: {', '.join(hub_name)}")
@@ -65,6 +65,11 @@ def records(dataset: str | Sequence[dict], fields: Sequence[str], hub_name: str 
             raise ValueError(f"{where}: record {i} lacks field(s) {', '.join(missing)}; expected fields: "
                              f"{', '.join(fields)}")
     return rows
+
+
+def is_hub(dataset: Any) -> bool:
+    """Whether ``dataset`` names an online dataset: ``"hub"`` or ``"hub:OWNER/NAME[:CONFIG]"``."""
+    return isinstance(dataset, str) and (dataset == "hub" or dataset.startswith("hub:"))
 
 
 @lru_cache(maxsize=8)

@@ -42,7 +42,7 @@ from functools import partial
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_option, check_positive_int, open_text
 from ragen_envs.countdown import ragen_rule
 from ragen_envs.countdown.expression import Expression, parse, solve
 from ragen_envs.countdown.generator import CountdownConfig, CountdownTask, generate
@@ -50,7 +50,6 @@ from ragen_envs.countdown.generator import CountdownConfig, CountdownTask, gener
 HUB_NAME = "Jiayi-Pan/Countdown-Tasks-3to4"
 ANSWER_CHECKS = ("ragen", "strict")
 SELECTIONS = ("ragen", "all")
-MAX_ANSWER_CHARS = 10_000
 FIELDS = ("target", "nums")
 
 INSTRUCTIONS = (

@@ -83,8 +83,7 @@ class MetaMathQAEnv(TextEnv):
         check_option("selection", selection, ("ragen", "draw"))
         super().__init__(max_steps=max_attempts, render_mode=render_mode)
         self.max_attempts, self.answer_check = max_attempts, answer_check
-        hub = isinstance(dataset, str) and dataset.startswith("hub")
-        self.source = data.Source(dataset, "train" if hub else split, FIELDS, HUB_NAME, to_problem,
+        self.source = data.Source(dataset, "train" if data.is_hub(dataset) else split, FIELDS, HUB_NAME, to_problem,
                                   generate=builtin_problem,
                                   pick=(lambda seed, n: random.Random(seed).randint(0, n - 1))
                                   if selection == "ragen" else None)

@@ -49,7 +49,7 @@ import re
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_option, check_positive_int, open_text
 from ragen_envs.searchqa import corpus as builtin
 from ragen_envs.searchqa.corpus import Passage, Question
 from ragen_envs.searchqa.retrieval import HTTPRetriever, PassageIndex, RetrievalError
@@ -60,7 +60,6 @@ FIELDS = ("question", "answer")
 PASSAGE_FIELDS = ("text",)
 ACTION = re.compile(r"\s*(search|finish)\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
 MAX_QUERY_CHARS = 500
-MAX_ACTION_CHARS = 10_000
 
 INSTRUCTIONS = (
     "Answer the question using a search engine over a document collection. Actions: search[query] "
@@ -129,7 +128,7 @@ class SearchQAEnv(TextEnv):
 
     def parse_action(self, action: str) -> tuple[str, str] | None:
         if self.invalid_action == "answer":  # RAGEN's reading: prefixes, then anything else is an answer
-            text = open_text(action, MAX_ACTION_CHARS)
+            text = open_text(action, MAX_ANSWER_CHARS)
             if text is None:
                 return None
             for verb in ("search", "finish"):

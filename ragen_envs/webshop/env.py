@@ -49,7 +49,7 @@ import re
 from typing import Any
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_option, check_positive_int, open_text
 from ragen_envs.bm25 import shared_index
 from ragen_envs.webshop import catalog
 from ragen_envs.webshop.catalog import Goal, Product
@@ -59,7 +59,6 @@ ACTION = re.compile(r"\s*(search|click)\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
 SEARCH, RESULTS, ITEM, DESCRIPTION, FEATURES = "search", "results", "item", "description", "features"
 BACK, NEXT, PREV, BUY = "Back to Search", "Next >", "< Prev", "Buy Now"
 
-MAX_ACTION_CHARS = 10_000
 # RAGEN's advice after each page (its RENDER_INSTRUCTIONS), said in our words
 ADVICE = (
     "You have a limited number of actions: buy a product in time; it need not match the description exactly.",
@@ -167,7 +166,7 @@ class WebShopEnv(TextEnv):
     # -- actions ---------------------------------------------------------------------------------
     def parse_action(self, action: str) -> tuple[str, str, bool] | None:
         """(verb, argument, whether the page offers it); None for an invalid action."""
-        text = open_text(action, MAX_ACTION_CHARS)
+        text = open_text(action, MAX_ANSWER_CHARS)
         if text is None:
             return None
         ignore = self.invalid_action == "ignore"
