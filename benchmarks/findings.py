@@ -6,10 +6,14 @@ so a script that is stopped and started again skips the finished cells and rerun
 Every result records the cell's seed and full config; ``config.json`` in the results folder records the
 script's arguments.
 
-``--quick`` is the scale that finishes in 10-27 minutes on 2 CPU cores (per script): two iterations
-of two groups, too little to train much, enough to see the machinery and the proxies move. The full
-default runs for a few hours there; on a GPU, raise ``--iterations``, ``--groups``, ``--group-size``,
-pass ``--backend vllm`` for the rollouts and ``--model`` for a larger model.
+Without ``--model`` the scripts train the demo env's model organism (``trainers/organism.py``: a
+0.5M-parameter decoder built on first use, about 3 minutes, then cached) at RAGEN's main-table scale
+(``ORGANISM``: 8 x 16, 5 turns; the ``organism`` preset's rate, every layer trained), about 10 s an
+iteration on 2 CPU cores. With ``--model`` (a larger model, on a GPU with ``--backend vllm`` for the
+rollouts) they train that model at ``FULL`` (its warm start's 3 turns and 64 tokens, learning rate
+1e-5, the bottom 20 layers frozen unless ``--freeze-layers`` says otherwise); raise ``--iterations``,
+``--groups``, ``--group-size`` there. ``--quick`` is two iterations of two groups, enough to see the
+machinery and the proxies move, not to train.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class Scale:
 TURNS, TOKENS = CPU_QUICK_CHAT["max_turns"], CPU_QUICK_TOKENS
 QUICK = Scale(iterations=2, groups=2, group_size=4, max_turns=TURNS, max_new_tokens=TOKENS, val_episodes=8, seeds=1)
 FULL = Scale(iterations=40, groups=4, group_size=8, max_turns=TURNS, max_new_tokens=TOKENS, val_episodes=32, seeds=3)
+ORGANISM = Scale(iterations=40, groups=8, group_size=16, max_turns=5, max_new_tokens=400, val_episodes=256, seeds=3)
+ORGANISM_QUICK = replace(ORGANISM, iterations=2, groups=2, group_size=4, val_episodes=8, seeds=1)
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -59,13 +65,30 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="training device (default: cuda when available)")
     for field in ("iterations", "groups", "group_size", "max_turns", "max_new_tokens", "val_episodes", "seeds"):
         p.add_argument(f"--{field.replace('_', '-')}", type=int, default=None, help=f"override the scale's {field}")
-    p.add_argument("--freeze-layers", type=int, default=20, help="bottom layers kept frozen (a CPU speed option)")
+    p.add_argument("--freeze-layers", type=int, default=None,
+                   help="bottom layers kept frozen (a CPU speed option; default: 20 with --model, else 0)")
+    p.add_argument("--learning-rate", type=float, default=None,
+                   help="default: 1e-5 with --model, else the organism preset's")
     return p
 
 
 def scale(args) -> Scale:
-    base = QUICK if args.quick else FULL
+    if args.model:
+        base = QUICK if args.quick else FULL
+    else:
+        base = ORGANISM_QUICK if args.quick else ORGANISM
     return replace(base, **{k: getattr(args, k) for k in asdict(base) if getattr(args, k) is not None})
+
+
+def training(args) -> dict:
+    """The learning rate and frozen layers of the runs (``--learning-rate``, ``--freeze-layers``, else the
+    model's defaults: see the module docstring)."""
+    from trainers.config import ORGANISM as organism
+
+    base = {"learning_rate": 1e-5, "freeze_layers": 20} if args.model else \
+        {k: organism[k] for k in ("learning_rate", "freeze_layers")}
+    given = {"learning_rate": args.learning_rate, "freeze_layers": args.freeze_layers}
+    return {**base, **{k: v for k, v in given.items() if v is not None}}
 
 
 def results_folder(args, script: str) -> Path:
@@ -77,9 +100,17 @@ def results_folder(args, script: str) -> Path:
 
 
 def warm_model(args) -> str:
-    """``--model``, else the warm start (made on first use, about 3 minutes on 2 cores, then cached)."""
+    """``--model``, else the demo env's organism (built on first use, about 3 minutes on 2 cores, then cached)."""
     if args.model:
         return args.model
+    from trainers.organism import default_organism
+
+    return default_organism([WARM_ENV])
+
+
+def warm_start_model() -> str:
+    """The embedded SmolLM2-135M warm-started on the demo env (``make demo-smollm2``'s; made on first use,
+    about 3 minutes on 2 cores, then cached)."""
     from trainers.config import SFTConfig
     from trainers.sft import warm_start, warm_start_dir
 
@@ -88,7 +119,7 @@ def warm_model(args) -> str:
     return str(out)
 
 
-def trainer_config(s: Scale, seed: int, freeze_layers: int, **fields):
+def trainer_config(s: Scale, seed: int, train: dict, **fields):
     """A TrainerConfig at scale ``s``: metrics only (no checkpoints), MI proxies every iteration, RAGEN's
     minibatch rule (the kept sequences padded with copies to a multiple of a quarter of the batch)."""
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
@@ -98,10 +129,9 @@ def trainer_config(s: Scale, seed: int, freeze_layers: int, **fields):
                             env_kwargs=fields.pop("env_kwargs", {}), chat=ChatEnvConfig(max_turns=s.max_turns),
                             sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=1.0))
     # RAGEN's ratio of batch to minibatch (128 sequences, minibatches of 32): four optimizer steps an iteration
-    base = dict(algorithm="grpo", num_iterations=s.iterations, learning_rate=1e-5,
-                mini_batch_size=max(1, s.groups * s.group_size // 4),
+    base = dict(algorithm="grpo", num_iterations=s.iterations, mini_batch_size=max(1, s.groups * s.group_size // 4),
                 mi_every=1, save_strategy="no", save_rollouts_steps=0, logging_steps=0,
-                freeze_layers=freeze_layers, overwrite_output_dir=True, rollout=rollout)
+                overwrite_output_dir=True, rollout=rollout, **train)
     return TrainerConfig(**{**base, **fields})
 
 
@@ -190,6 +220,6 @@ def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, i
     rows = []
     for i, (name, labels, s, seed, fields) in enumerate(cells, 1):
         print(f"[{i}/{len(cells)}] {name}", flush=True)
-        config = trainer_config(s, seed, args.freeze_layers, **fields)
+        config = trainer_config(s, seed, training(args), **fields)
         rows.append({**labels, **run_cell(out, name, WARM_ENV, model, config, s, args, seed)})
     return rows

@@ -9,11 +9,16 @@ the warm-started model (``make demo``'s, built on first use) on the same episode
   option for CPU runs; it changes what is trained, not how the rest is computed);
 - now, vLLM rollouts (where vLLM is installed): rollouts on vLLM, the update with transformers, the new
   weights loaded into vLLM after it; and the same with the bottom layers frozen (``--rows vllm-frozen``).
-Each row prints seconds per phase and the iteration time against the first row run ("before" by
-default). What each iteration computes is the same in the first two rows (``tests/test_backends.py``
-and ``tests/test_trainer.py`` check that kept caches and skipped passes give the same tokens, log-probs and weights).
+Each row prints seconds per phase, the iteration time against the first row run ("before" by
+default) and the rollout's generated tokens/s; the last line is this machine's decode limit for the
+model (``rollout_throughput.upper_bound``: one batched decode of P x G rows, no env).
+``--organism``: the demo env's model organism (``trainers/organism.py``, built on first use) at the
+``organism`` preset's scale, RAGEN's main table: 8 x 16, 5 turns, MI scored (goal: at most 20 s).
+What each iteration computes is the same in the first two rows (``tests/test_backends.py`` and
+``tests/test_trainer.py`` check that kept caches and skipped passes give the same tokens, log-probs and weights).
 
     python benchmarks/iteration_time.py [--groups 4 --group-size 4 --max-turns 5 --max-new-tokens 128]
+    python benchmarks/iteration_time.py --organism --rows before now
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import importlib.util
 import tempfile
 import time
+from dataclasses import replace
 
 import findings
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
@@ -62,6 +68,13 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool 
         start = time.perf_counter()
         metrics = trainer.iteration_step()
         metrics["total"] = time.perf_counter() - start
+        if not vllm:  # the decode limit, for replies as long as this rollout's on average
+            from rollout_throughput import upper_bound
+
+            per_turn = max(1, round(metrics["rollout/response_length"]))
+            bound = replace(rollout, sampling=replace(rollout.sampling, max_new_tokens=per_turn))
+            tokens, _, _, seconds = upper_bound(args.env, trainer.policy, bound)
+            metrics["decode_limit"] = tokens / seconds
     return {"name": name, **metrics}
 
 
@@ -79,12 +92,22 @@ def main() -> None:
                         help="which rows to run; the ratio column is against the first one run")
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct warm-started "
                         "on FrozenLakeCoord (as `make demo`), so it writes reasoning (MI) and rewards vary")
+    parser.add_argument("--organism", action="store_true", help="the demo env's model organism at the organism "
+                        "preset's scale (sets the scale, the model and --freeze-layers 0)")
     args = parser.parse_args()
-    args.model = findings.warm_model(args)
+    if args.organism:
+        from trainers.config import preset
+        from trainers.organism import default_organism
+
+        run = preset("organism", args.env)["rollout"]
+        args.groups, args.group_size = run["n_groups"], run["group_size"]
+        args.max_turns, args.max_new_tokens = run["chat"]["max_turns"], run["sampling"]["max_new_tokens"]
+        args.model, args.freeze_layers = args.model or default_organism([args.env]), 0
+    args.model = args.model or findings.warm_start_model()
     print(f"{args.env}: one GRPO iteration, {args.groups} groups x {args.group_size}, {args.max_turns} turns, "
           f"{args.max_new_tokens} new tokens per turn, MI proxies on")
     print(f"{'run':28s} " + " ".join(f"{p + ' s':>9s}" for p in PHASES) + f" {'total s':>9s} {'vs first':>10s}"
-          f" {'tokens':>7s}")
+          f" {'tokens':>7s} {'tokens/s':>9s}")
     rows = []
     runs = {"before": ("before", True, 0, False), "now": ("now", False, 0, False),
             "frozen": (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers, False),
@@ -99,7 +122,11 @@ def main() -> None:
         phases = " ".join(f"{row.get(f'time/{p}_s', 0.0):9.1f}" for p in PHASES)
         tokens = row["rollout/response_length"] * row["rollout/turns"] * args.groups * args.group_size
         print(f"{row['name']:28s} {phases} {row['total']:9.1f} {rows[0]['total'] / row['total']:9.2f}x "
-              f"{tokens:7.0f}", flush=True)
+              f"{tokens:7.0f} {tokens / row['time/rollout_s']:9.0f}", flush=True)
+    limits = [r["decode_limit"] for r in rows if "decode_limit" in r]
+    if limits:
+        print(f"decode limit here: {max(limits):.0f} tokens/s (one batched decode of {args.groups * args.group_size} "
+              f"rows, no env)")
 
 
 if __name__ == "__main__":

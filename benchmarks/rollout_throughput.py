@@ -210,7 +210,7 @@ def main() -> None:
     if args.only != "tokens":
         import findings
 
-        warm = TransformersPolicy(findings.warm_model(args)) if args.model is None else policy
+        warm = TransformersPolicy(findings.warm_start_model()) if args.model is None else policy
         slow_env_rows(findings.WARM_ENV if args.model is None else args.env, warm, config, *args.env_delay_ms)
 
 

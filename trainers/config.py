@@ -197,6 +197,9 @@ class SFTConfig:
     epochs: int = 1  # passes over the demonstrations
     batch_size: int = 2  # episodes per optimizer step (each episode is one sequence of all its turns)
     learning_rate: float = 2e-4  # AdamW learning rate
+    # "cosine": a linear warmup over the first 5% of steps, then a cosine decay to 0 (training from scratch
+    # needs it); "constant": the rate throughout
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     freeze_layers: int = 20  # bottom decoder layers kept frozen, with the embeddings (0: train them all)
     seed: int = 0  # env seeds start here; shuffling and the imperfect turns derive from it
     output_dir: str = "runs/warm-start"  # the warm-started model (and tokenizer) is saved here
@@ -216,13 +219,14 @@ class SFTConfig:
             raise ValueError("learning_rate must be > 0 and freeze_layers >= 0")
 
 
-# The model organism's sizes (`ragen sft --from-scratch`, trainers/organism.py)
+# The model organism's sizes (`ragen sft --from-scratch`, trainers/organism.py): about 0.5M parameters, so
+# an iteration at RAGEN's scale (8 x 16, 5 turns, MI scored) takes about 10 s on 2 CPU cores
 @dataclass
 class OrganismConfig:
-    layers: int = 4  # decoder layers
-    width: int = 256  # hidden size (the MLP is 3x wider)
-    heads: int = 4  # attention heads (half as many key/value heads)
-    vocab_size: int = 2000  # BPE vocabulary learnt on the envs' text, special tokens included
+    layers: int = 2  # decoder layers
+    width: int = 128  # hidden size (the MLP is 3x wider)
+    heads: int = 2  # attention heads (half as many key/value heads)
+    vocab_size: int = 4000  # at most this BPE vocabulary, learnt on the envs' text, special tokens included
     corpus_episodes: int = 100  # oracle episodes per env whose text the tokenizer learns
     max_context: int = 4096  # positions the model takes
 
@@ -233,17 +237,36 @@ class OrganismConfig:
             raise ValueError(f"width ({self.width}) must divide into heads ({self.heads}), an even number or 1")
 
 
+# How the organism learns the demonstrations (SFTConfig fields, `ragen sft --from-scratch`'s defaults):
+# every layer, many steps at a high rate with warmup and decay, which a decoder this small needs to
+# learn to copy the state into its reasoning (about 140 s on 2 cores); fewer random turns than the
+# warm start's, for more of that signal; RAGEN's 5 turns.
+ORGANISM_SFT = {"episodes": 2500, "epochs": 2, "batch_size": 4, "learning_rate": 1.2e-2, "lr_schedule": "cosine",
+                "imperfect": 0.15, "freeze_layers": 0, "chat": {"max_turns": 5}}
+
+
+def organism_sft(**fields) -> SFTConfig:
+    """The SFTConfig of ORGANISM_SFT, with ``fields`` (top-level SFTConfig fields) over it."""
+    settings = {**ORGANISM_SFT, **fields}
+    chat = settings.pop("chat")
+    return SFTConfig(**settings, chat=chat if isinstance(chat, ChatEnvConfig) else ChatEnvConfig(**chat))
+
+
 # Named settings: nested dicts of TrainerConfig fields (the shape of a run's config.json), with each env's
 # own part in its catalogue entry (``EnvEntry.presets``).
 # "ragen2-main" is RAGEN's main-table run (config/base.yaml, the per-env configs and
 # scripts/runs/run_main_table_diff_algo.sh): P = 8 groups x G = 16, 400 tokens a turn, 5 turns of up to
 # 2 actions (10 actions an episode) unless the env's entry says otherwise; top-p 0.9 over the softmax of
 # the groups' reward std, mini-batches of 32, 400 iterations; training seeds from 10000 (RAGEN's
-# seed.train). "cpu-quick" is a few minutes on 2 CPU cores (`make demo`).
-PRESETS = ("ragen2-main", "cpu-quick")
+# seed.train). "cpu-quick" is a few minutes on 2 CPU cores for the warm-started default model.
+# "organism" is ragen2-main for the model organism (trainers/organism.py, `make demo`): every layer
+# trained, at a rate for its size, MI scored every iteration; about 10 s an iteration on 2 CPU cores.
+PRESETS = ("ragen2-main", "cpu-quick", "organism")
+ORGANISM = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 60, "mi_every": 1}
 # RAGEN's validation (es_manager.val, seed.val, rollout.val_kwargs): 512 groups of one episode each, env
 # seeds from 123, sampled at temperature 0.5
 VALIDATION = {"ragen2-main": {"n_groups": 512, "group_size": 1, "seed": 123, "sampling": {"temperature": 0.5}}}
+VALIDATION["organism"] = VALIDATION["ragen2-main"]
 
 
 def preset(name: str, env: str | None = None) -> dict:
@@ -259,6 +282,8 @@ def preset(name: str, env: str | None = None) -> dict:
                 "rollout": {"n_groups": 8, "group_size": 16, "seed": 10000,
                             "chat": {"max_turns": 5, "max_actions_per_turn": 2},
                             "sampling": {"max_new_tokens": 400, "temperature": 1.0}}}
+    elif name == "organism":
+        return _merged(preset("ragen2-main", env), ORGANISM)
     else:
         raise ValueError(f"preset must be one of {PRESETS}, got {name!r}")
     entry = ENVIRONMENTS.get(env)

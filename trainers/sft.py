@@ -24,8 +24,10 @@ they are) with AdamW, in fp32. The result is a normal model folder: ``ragen eval
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -131,6 +133,9 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     settings = {k: v for k, v in asdict(config).items() if k != "overwrite_output_dir"}
     made_from = {"envs": list(env_ids), "model": model_name(model), "config": settings}
     previous = _previous(out)
+    if previous is not None:  # a setting added since it was made counts at its default (what it ran with)
+        defaults = {k: v for k, v in asdict(SFTConfig()).items() if k != "overwrite_output_dir"}
+        previous["config"] = {**defaults, **previous.get("config", {})}
     if previous is not None and {k: previous.get(k) for k in made_from} == made_from:
         print(f"using the warm start already in {out} (same model, envs and settings)", flush=True)
         return {**previous, "cached": True}
@@ -150,6 +155,7 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     sequences = episodes(demos)
     losses = []
     steps = config.epochs * -(-len(sequences) // config.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(_lr_factor, config.lr_schedule, steps))
     bar = progress.bar(steps, "step", "warm start")
     for _ in range(config.epochs):
         order = list(range(len(sequences)))
@@ -161,6 +167,7 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
+            scheduler.step()
             losses.append(loss.item())
             bar(len(losses), loss=f"{losses[-1]:.3f}")
     for p in model.parameters():
@@ -176,6 +183,16 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
                   "last_loss": losses[-1] if losses else None}
         (out / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def _lr_factor(schedule: str, steps: int, step: int) -> float:
+    """The learning rate's factor at ``step`` of ``steps`` (SFTConfig.lr_schedule)."""
+    if schedule == "constant":
+        return 1.0
+    warmup = max(1, steps // 20)
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
 
 def warm_start_dir(env_id: str) -> Path:

@@ -251,7 +251,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     cli_args.add_config(sf, SFTConfig)
     sf.add_argument("--from-scratch", action="store_true",
                     help="build a model organism (a small decoder and a tokenizer learnt on the envs' text, "
-                         "sized by the flags below) and train it on the demonstrations, every layer")
+                         "sized by the flags below) and train it on the demonstrations, every layer; the "
+                         "defaults above become the organism's (trainers.config.ORGANISM_SFT)")
     cli_args.add_config(sf, OrganismConfig)
     sf.set_defaults(func=cmd_sft)
 
@@ -277,9 +278,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse ``argv``; for ``train``/``eval --preset NAME`` and ``--config FILE`` their values become the
-    defaults."""
-    from trainers.config import TrainerConfig, eval_preset, preset
+    """Parse ``argv``; for ``train``/``eval --preset NAME``, ``--config FILE`` and ``sft --from-scratch``
+    their values become the defaults."""
+    from trainers.config import ORGANISM_SFT, SFTConfig, TrainerConfig, eval_preset, preset
 
     parser, commands = build_parser()
     args = parser.parse_args(argv)
@@ -288,6 +289,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         settings = (cli_args.flatten(TrainerConfig, preset(args.preset, env)) if args.command == "train"
                     else cli_args.flatten(RolloutConfig, eval_preset(args.preset, env)))
         commands[args.command].set_defaults(**settings)
+        args = parser.parse_args(argv)
+    if args.command == "sft" and args.from_scratch:  # the organism's own training settings
+        commands["sft"].set_defaults(**cli_args.flatten(SFTConfig, ORGANISM_SFT))
         args = parser.parse_args(argv)
     if args.command == "train" and args.config:
         data = load_run_config(args.config)

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import collapse_diagnostics  # noqa: E402
 import findings  # noqa: E402
-from conftest import SMOKE  # noqa: E402
+from conftest import SMOKE, SMOKE_KWARGS  # noqa: E402
 
 
 def test_spearman_is_a_rank_correlation_with_ties():
@@ -88,3 +88,70 @@ def test_the_reward_audit_finds_no_policy_earning_without_doing_the_task():
     assert [r for r in rows if r["verdict"] == "BUG"] == []
     oracle = {r["env"]: r["success"] for r in rows if r["policy"] == "oracle"}
     assert sum(oracle.values()) / len(oracle) > 0.5  # the table can tell doing the task from not
+
+
+def test_the_learning_summary_pools_seeds_and_the_plot_is_written(tmp_path):
+    import organism_learning
+
+    def record(seed, successes):
+        history = [{"iteration": i * 2, "val/success": s, "val/random_success": 0.2, "val/format_valid": 1.0,
+                    "rollout/success": s, "rollout/random_success": 0.2, "mi/retrieval_acc": 0.5,
+                    "mi/retrieval_chance": 0.125} for i, s in enumerate(successes)]
+        return {"seed": seed, "history": history}
+
+    records = [record(0, [0.2, 0.4]), record(1, [0.3, 0.6])]
+    rows = organism_learning.summarise(records, episodes=100)
+    assert [r["iteration"] for r in rows] == [0, 2]
+    last = rows[-1]
+    assert last["val_success"] == pytest.approx(0.5) and (last["min"], last["max"]) == (0.4, 0.6)
+    # the Wilson interval of 200 pooled episodes at 0.5: about +-0.069
+    assert last["low"] == pytest.approx(0.431, abs=1e-3) and last["high"] == pytest.approx(0.569, abs=1e-3)
+    organism_learning.plot(tmp_path, records, rows, 100)
+    assert (tmp_path / "learning.png").stat().st_size > 0
+
+
+def test_without_a_model_the_findings_train_the_organism_at_ragens_scale():
+    args = findings.parser("").parse_args([])
+    s = findings.scale(args)
+    assert s == findings.ORGANISM and (s.groups, s.group_size, s.max_turns) == (8, 16, 5)
+    from trainers.config import ORGANISM
+
+    assert findings.training(args) == {"learning_rate": ORGANISM["learning_rate"], "freeze_layers": 0}
+    given = findings.parser("").parse_args(["--model", "m", "--learning-rate", "1e-4"])
+    assert findings.scale(given) == findings.FULL
+    assert findings.training(given) == {"learning_rate": 1e-4, "freeze_layers": 20}
+
+
+def test_the_held_out_check_plays_its_own_episodes_not_the_runs_groups(scripted):
+    from types import SimpleNamespace
+
+    import organism_learning
+    from ragen_envs.agent import ChatEnvConfig, RolloutConfig
+
+    run = RolloutConfig(n_groups=3, group_size=4, env_kwargs={SMOKE: SMOKE_KWARGS}, chat=ChatEnvConfig(max_turns=2))
+    trainer = SimpleNamespace(config=SimpleNamespace(rollout=run), runner=SimpleNamespace(mix={SMOKE: 3}),
+                              policy=scripted(["<think>x</think><answer>Right</answer>"]))
+    held_out = organism_learning.HeldOut(episodes=5, every=2)
+    metrics = {}
+    held_out.on_iteration_end(trainer, 3, metrics)
+    assert metrics == {}  # not an evaluation iteration
+    held_out.on_iteration_end(trainer, 4, metrics)
+    assert metrics["val/episodes"] == 5 and 0 <= metrics["val/success"] <= 1 and metrics["val/format_valid"] == 1
+    assert 0 <= metrics["val/random_success"] <= 1
+
+
+def test_the_collapse_script_writes_both_runs_curves_and_plot(tmp_path, monkeypatch):
+    import template_collapse
+
+    def fake_run(out, model, env, name, args):
+        history = [{"iteration": i, "mi/retrieval_acc": 0.9 - 0.1 * i * (name == "none"), "mi/mi_est": 0.1,
+                    "mi/conditional_entropy": 0.3, "policy/token_entropy": 0.5, "rollout/success": 0.3,
+                    "mi/retrieval_chance": 0.125, "rollout/random_success": 0.2} for i in range(1, 7)]
+        return {"filter": name, "history": history}
+
+    monkeypatch.setattr(template_collapse, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["template_collapse", "--model", "m", "--out", str(tmp_path)])
+    template_collapse.main()
+    rows = (tmp_path / "curves.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 6 and rows[1].startswith("none,1,0.8")
+    assert (tmp_path / "collapse.png").stat().st_size > 0

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from ragen_envs.cli import main, parse
-from ragen_envs.registry import ENVIRONMENTS
+from ragen_envs.registry import ENVIRONMENTS, env_for
 from conftest import DEFAULT, SMOKE, SMOKE_KWARGS, USABLE_IDS
 
 
@@ -333,6 +333,19 @@ def test_the_demo_warm_start_prompts_match_the_cpu_quick_runs():
     assert quick.rollout.chat == sft.chat
     assert quick.rollout.sampling.max_new_tokens == sft.max_new_tokens
     assert quick.freeze_layers == sft.freeze_layers
+
+
+def test_the_organism_learns_the_prompts_its_preset_plays():
+    """`make demo` builds the organism with ORGANISM_SFT, then trains it with the organism preset (RAGEN's
+    main-table run with the organism's rate): the prompts must be the very same."""
+    from ragen_envs.agent import ChatEnv
+    from trainers.config import ORGANISM, TrainerConfig, organism_sft, preset
+
+    demo = env_for("demo")
+    sft, run = organism_sft(), TrainerConfig.from_preset("organism", demo)
+    assert ChatEnv(demo, sft.chat, sft.max_new_tokens).reset(seed=5) == \
+        ChatEnv(demo, run.rollout.chat, run.rollout.sampling.max_new_tokens, **run.rollout.env_kwargs[demo]).reset(seed=5)
+    assert preset("organism", demo) == {**preset("ragen2-main", demo), **ORGANISM}
 
 
 def test_list_says_which_envs_lack_their_system_program(capsys, monkeypatch):

@@ -1,11 +1,17 @@
 """The model organism: a tokenizer learnt on the env's text, a small decoder from scratch, trained on the
 demonstrations; an ordinary model folder that eval loads; deterministic for a seed."""
 
+import json
+import re
+
 import torch
 
 from ragen_envs.agent import ChatEnv
 from ragen_envs.cli import main
-from trainers.config import OrganismConfig, SFTConfig
+from ragen_envs.cli.commands import parse
+from ragen_envs.registry import env_for
+from trainers.config import ORGANISM_SFT, OrganismConfig, SFTConfig
+from trainers.sft import _lr_factor
 from trainers.organism import build_model, build_tokenizer, corpus, from_scratch
 from conftest import SMOKE
 
@@ -13,11 +19,16 @@ SMALL = OrganismConfig(layers=2, width=64, heads=2, corpus_episodes=10)
 
 
 def test_the_tokenizer_learns_the_envs_text_round_trips_and_keeps_the_tags_whole():
-    texts = list(corpus([SMOKE], SFTConfig(), 10))
+    demo = env_for("demo")  # its observations state coordinates
+    texts = list(corpus([demo], SFTConfig(), 10))
     tokenizer = build_tokenizer(texts, 2000)
-    prompt = ChatEnv(SMOKE).reset(seed=123)[0]["content"]
+    prompt = "\n".join(m["content"] for m in ChatEnv(demo).reset(seed=123))
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    assert tokenizer.decode(ids) == prompt and len(ids) < len(prompt) / 2  # words, not characters
+    assert tokenizer.decode(ids) == prompt and len(ids) < len(prompt) / 4  # phrases, not characters
+    pieces = [tokenizer.decode([i]) for i in ids]
+    numbers = [p for p in pieces if any(c.isdigit() for c in p)]
+    # a position is one token and any other digit its own, so a number reads the same wherever it stands
+    assert "(0, 0)" in numbers and all(len(p) == 1 or re.fullmatch(r"\(\d, \d\)", p) for p in numbers)
     reply = "<think>go right</think><answer>Right</answer>"
     ids = tokenizer(reply, add_special_tokens=False)["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
@@ -26,7 +37,7 @@ def test_the_tokenizer_learns_the_envs_text_round_trips_and_keeps_the_tags_whole
     unseen = "Zebra ünïcode 🙂"
     assert tokenizer.decode(tokenizer(unseen, add_special_tokens=False)["input_ids"]) == unseen
     model = build_model(tokenizer, OrganismConfig(), seed=0)
-    assert 1e6 < sum(p.numel() for p in model.parameters()) < 2e7  # a few million parameters
+    assert 2e5 < sum(p.numel() for p in model.parameters()) < 2e6  # about half a million parameters
 
 
 def test_built_the_same_for_a_seed_trained_and_loaded_by_eval(tmp_path, capsys):
@@ -50,4 +61,15 @@ def test_the_command(tmp_path):
              "--heads", "2", "--output-dir", str(out)]
     assert main(["sft", "--from-scratch", *flags]) == 0
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
+    made = json.loads((out / "warm_start.json").read_text())["config"]
+    # the organism's training settings, where no flag says otherwise
+    assert made["episodes"] == 4 and made["learning_rate"] == ORGANISM_SFT["learning_rate"]
+    assert made["lr_schedule"] == "cosine" and made["chat"]["max_turns"] == ORGANISM_SFT["chat"]["max_turns"]
     assert main(["sft", "--from-scratch", *flags, "--model", "some/model"]) == 2
+    assert parse(["sft", "--env", SMOKE]).learning_rate == SFTConfig().learning_rate  # the warm start's own
+
+
+def test_the_learning_rate_warms_up_then_decays_to_zero():
+    factors = [_lr_factor("cosine", 100, step) for step in range(100)]
+    assert factors[0] == 0.2 and factors[4] == 1.0 and all(a >= b for a, b in zip(factors[4:], factors[5:]))
+    assert factors[-1] < 0.01 and _lr_factor("constant", 100, 50) == 1.0

@@ -1,5 +1,7 @@
 """The warm start: oracle demonstrations in the RL format, with state-dependent reasoning."""
 
+import json
+
 import pytest
 
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, parse_response
@@ -86,6 +88,11 @@ def test_a_warm_start_with_the_same_settings_is_reused_and_another_is_not_replac
     first = warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)
     again = warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)
     assert again["cached"] and again["last_loss"] == first["last_loss"] and "already in" in capsys.readouterr().out
+    record = tmp_path / "warm" / "warm_start.json"  # made before a setting existed: it ran at its default
+    older = json.loads(record.read_text())
+    del older["config"]["lr_schedule"]
+    record.write_text(json.dumps(older))
+    assert warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)["cached"]
     other = SFTConfig(**{**cfg.__dict__, "episodes": 3})
     with pytest.raises(ValueError, match="--overwrite"):
         warm_start(copy.deepcopy(tiny_model), [SMOKE], other, tokenizer=tokenizer)

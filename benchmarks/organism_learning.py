@@ -1,0 +1,184 @@
+"""Does the model organism learn? Held-out success of GRPO with top-p from its SFT start, against random
+valid actions on the same held-out episodes, over seeds, with Retrieval-Acc beside it.
+
+Each seed is one run of the ``organism`` preset (RAGEN's main-table scale: 8 groups x 16, 5 turns of up
+to 2 actions, top-p 0.9; MI scored every iteration) from the default organism of the demo env (built on
+first use, about 3 minutes on 2 cores, then cached). Before the first iteration and every ``--every``
+iterations the policy plays ``--val-episodes`` held-out episodes (env seeds from 100000, never trained
+on; sampled at RAGEN's validation temperature 0.5) and random valid actions play the same episodes.
+A seed's record is written when it is done, so a stopped script resumes at the next seed.
+
+    python benchmarks/organism_learning.py [--seeds 3 --iterations 60 --every 10 --val-episodes 256]
+Outputs go to benchmarks/results/organism_learning/: curves.csv (a row per seed and evaluation),
+results.json (per evaluation: the mean over seeds, their range, the 95 % Wilson interval of the
+episodes pooled over seeds), learning.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from ragen_envs.registry import env_for
+
+HELD_OUT_SEED = 100_000  # training seeds start at the preset's 10000, a run uses a few hundred
+
+
+class HeldOut:
+    """A trainer callback: held-out success (and random valid actions' on the same episodes) every
+    ``every`` iterations, into the iteration's metrics as ``val/success`` and ``val/random_success``."""
+
+    def __init__(self, episodes: int, every: int, temperature: float = 0.5):
+        self.episodes, self.every, self.temperature = episodes, every, temperature
+
+    def evaluate(self, trainer) -> dict:
+        from ragen_envs.agent import RolloutRunner
+        from ragen_envs.agent.baseline import random_success
+
+        run = trainer.config.rollout
+        config = replace(run, n_groups=self.episodes, group_size=1, seed=HELD_OUT_SEED,
+                         sampling=replace(run.sampling, temperature=self.temperature, seed=None))
+        envs = {env_id: self.episodes for env_id in trainer.runner.mix}  # the mix's own counts are the run's
+        trajectories = RolloutRunner(envs, trainer.policy, config).collect()
+        chance = random_success(trajectories, config.chat, HELD_OUT_SEED)
+        return {"val/episodes": len(trajectories), "val/success": float(np.mean([t.success for t in trajectories])),
+                "val/random_success": float(np.mean(list(chance.values()))),
+                "val/format_valid": float(np.mean([t.format_valid for t in trajectories]))}
+
+    def on_iteration_end(self, trainer, iteration: int, metrics: dict) -> None:
+        if iteration % self.every == 0:
+            metrics.update(self.evaluate(trainer))
+
+
+def run_seed(out: Path, model: str, env: str, seed: int, args) -> dict:
+    """One seed's run (or its finished record): the held-out points and the per-iteration metrics."""
+    from trainers import Trainer, TrainerConfig
+
+    done = out / f"seed{seed}.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    rate = {"learning_rate": args.learning_rate} if args.learning_rate else {}
+    config = TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, output_dir=str(out / "runs"),
+                                       overwrite_output_dir=True, save_strategy="no", save_rollouts_steps=0,
+                                       plot=False, logging_steps=0, **rate)
+    config = replace(config, rollout=replace(config.rollout, seed=config.rollout.seed + 1000 * seed))
+    held_out = HeldOut(args.val_episodes, args.every)
+    start = time.perf_counter()
+    trainer = Trainer(model, env, config, callbacks=[held_out])
+    first = {"iteration": 0, **held_out.evaluate(trainer)}
+    history = [first] + trainer.train()
+    record = {"seed": seed, "model": model, "wall_s": time.perf_counter() - start, "config": config.to_dict(),
+              "history": history}
+    done.write_text(json.dumps(record) + "\n")
+    return record
+
+
+def summarise(records: list[dict], episodes: int) -> list[dict]:
+    """Per evaluated iteration: held-out success over seeds (mean, range, the 95 % Wilson interval of all
+    seeds' episodes pooled) and the random level on the same episodes."""
+    points = {}
+    for r in records:
+        for h in r["history"]:
+            if "val/success" in h:
+                points.setdefault(h["iteration"], []).append(h)
+    rows = []
+    for it, hs in sorted(points.items()):
+        s = np.array([h["val/success"] for h in hs])
+        n = episodes * len(s)
+        p, z = s.mean(), 1.96
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        rows.append({"iteration": it, "seeds": len(s), "val_success": float(s.mean()), "low": float(centre - half),
+                     "high": float(centre + half), "min": float(s.min()), "max": float(s.max()),
+                     "val_random_success": float(np.mean([h["val/random_success"] for h in hs])),
+                     "val_format_valid": float(np.mean([h["val/format_valid"] for h in hs]))})
+    return rows
+
+
+def plot(out: Path, records: list[dict], rows: list[dict], episodes: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.9))
+    x = [r["iteration"] for r in rows]
+    ax = axes[0]
+    ax.fill_between(x, [r["min"] for r in rows], [r["max"] for r in rows], alpha=0.25, label="range over seeds")
+    ax.plot(x, [r["val_success"] for r in rows], marker="o", label=f"GRPO + top-p (mean of {len(records)} seeds)")
+    ax.plot(x, [r["val_random_success"] for r in rows], "k--", label="random valid actions")
+    ax.set_title(f"held-out success ({episodes} episodes a point, T = 0.5)")
+    for ax, key, title in ((axes[1], "rollout/success", "training success (on-policy, 128 episodes)"),
+                           (axes[2], "mi/retrieval_acc", "Retrieval-Acc (chance 1/P dashed)")):
+        curves = np.array([[h.get(key, np.nan) for h in r["history"][1:]] for r in records], dtype=float)
+        its = np.arange(1, curves.shape[1] + 1)
+        ax.fill_between(its, np.nanmin(curves, 0), np.nanmax(curves, 0), alpha=0.25, label="range over seeds")
+        ax.plot(its, np.nanmean(curves, 0), label="mean")
+        ax.set_title(title)
+        if key == "rollout/success":
+            chance = np.nanmean([[h.get("rollout/random_success", np.nan) for h in r["history"][1:]]
+                                 for r in records], 0)
+            ax.plot(its, chance, "k--", label="random valid actions")
+        else:
+            ax.plot(its, np.nanmean([[h.get("mi/retrieval_chance", np.nan) for h in r["history"][1:]]
+                                     for r in records], 0), "k--", label="chance")
+    for ax in axes:
+        ax.set_xlabel("iteration")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Model organism on the demo env: GRPO + top-p from the SFT start")
+    fig.tight_layout()
+    fig.savefig(out / "learning.png", dpi=100)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=60)
+    p.add_argument("--every", type=int, default=10, help="held-out evaluation every this many iterations")
+    p.add_argument("--val-episodes", type=int, default=256)
+    p.add_argument("--learning-rate", type=float, default=None, help="default: the organism preset's")
+    p.add_argument("--model", default=None, help="default: the demo env's organism (built on first use)")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "organism_learning"))
+    args = p.parse_args()
+    from trainers.organism import default_organism
+
+    env = env_for("demo")
+    model = args.model or default_organism([env])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for seed in range(args.seeds):
+        print(f"[seed {seed + 1}/{args.seeds}]", flush=True)
+        records.append(run_seed(out, model, env, seed, args))
+    rows = summarise(records, args.val_episodes)
+    with open(out / "curves.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "iteration", "val_success", "val_random_success", "val_format_valid"])
+        for r in records:
+            for h in r["history"]:
+                if "val/success" in h:
+                    writer.writerow([r["seed"], h["iteration"], h["val/success"], h["val/random_success"],
+                                     h["val/format_valid"]])
+    (out / "results.json").write_text(json.dumps({"args": vars(args), "points": rows}, indent=2) + "\n")
+    plot(out, records, rows, args.val_episodes)
+    print(f"{'iteration':>9s} {'held-out':>9s} {'95% interval':>15s} {'range':>13s} {'random':>7s}")
+    for r in rows:
+        print(f"{r['iteration']:9d} {r['val_success']:9.3f} {r['low']:7.3f}-{r['high']:.3f} "
+              f"{r['min']:6.3f}-{r['max']:.3f} {r['val_random_success']:7.3f}")
+    first, last = rows[0], rows[-1]
+    print(f"held-out success {first['val_success']:.3f} (SFT start) -> {last['val_success']:.3f} "
+          f"[{last['low']:.3f}, {last['high']:.3f}] after {last['iteration']} iterations; random valid actions "
+          f"{last['val_random_success']:.3f}; ratio to random {last['val_success'] / last['val_random_success']:.2f}x")
+    print(f"results in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Template collapse, looked for on the model organism: does its reasoning stop depending on the input
+while its entropy stays up, and what does top-p filtering do to the same run?
+
+Runs of the ``organism`` preset (RAGEN's 8 x 16, 5 turns) from the demo env's organism under a setting
+meant to provoke collapse (``--entropy-coef``: an entropy bonus far above RAGEN's 0.001, which pays for
+diverse tokens whatever the input; ``--slip``: reward from the dice rather than the prompt), once with
+no filter and once with top-p 0.9, on the same rollout seeds. Per iteration: Retrieval-Acc against its
+chance 1/P, MI-Est, the conditional entropy H(Z|X) of the reasoning, the token entropy and success.
+A run's record is written when it is done, so a stopped script resumes at the next run.
+
+    python benchmarks/template_collapse.py [--entropy-coef 0.05 --slip 0 --iterations 40 --learning-rate 2e-3]
+Outputs go to benchmarks/results/template_collapse/: curves.csv, collapse.png and a record per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from ragen_envs.registry import env_for
+
+FILTERS = ("none", "top_p")
+CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance dashed)"), ("mi/mi_est", "MI-Est (nats)"),
+          ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("policy/token_entropy", "token entropy"),
+          ("rollout/success", "training success (random dashed)"))
+
+
+def run(out: Path, model: str, env: str, name: str, args) -> dict:
+    from trainers import Trainer, TrainerConfig
+
+    done = out / f"{name}.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    config = TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, filter=name,
+                                       entropy_coef=args.entropy_coef, learning_rate=args.learning_rate,
+                                       output_dir=str(out / "runs"), overwrite_output_dir=True, save_strategy="no",
+                                       save_rollouts_steps=0, plot=False, logging_steps=0)
+    kwargs = {**config.rollout.env_kwargs.get(env, {}), "slip": args.slip}
+    config = replace(config, rollout=replace(config.rollout, env_kwargs={env: kwargs}))
+    start = time.perf_counter()
+    history = Trainer(model, env, config).train()
+    record = {"filter": name, "wall_s": time.perf_counter() - start, "config": config.to_dict(), "history": history}
+    done.write_text(json.dumps(record) + "\n")
+    return record
+
+
+def plot(out: Path, records: list[dict], args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.6))
+    for r in records:
+        x = [h["iteration"] for h in r["history"]]
+        for ax, (key, title) in zip(axes, CURVES):
+            ax.plot(x, [h.get(key, np.nan) for h in r["history"]], marker=".", label=f"filter {r['filter']}")
+            ax.set_title(title, fontsize=10)
+    x = [h["iteration"] for h in records[0]["history"]]
+    axes[0].plot(x, [h.get("mi/retrieval_chance", np.nan) for h in records[0]["history"]], "k--", label="chance")
+    axes[-1].plot(x, [h.get("rollout/random_success", np.nan) for h in records[0]["history"]], "k--",
+                  label="random actions")
+    for ax in axes:
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Model organism, entropy bonus {args.entropy_coef}, slip {args.slip}, learning rate "
+                 f"{args.learning_rate}: looking for template collapse")
+    fig.tight_layout()
+    fig.savefig(out / "collapse.png", dpi=100)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--entropy-coef", type=float, default=0.05)
+    p.add_argument("--slip", type=float, default=0.0)
+    p.add_argument("--iterations", type=int, default=40)
+    p.add_argument("--learning-rate", type=float, default=2e-3)
+    p.add_argument("--model", default=None, help="default: the demo env's organism (built on first use)")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "template_collapse"))
+    args = p.parse_args()
+    from trainers.organism import default_organism
+
+    env = env_for("demo")
+    model = args.model or default_organism([env])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = [run(out, model, env, name, args) for name in FILTERS]
+    with open(out / "curves.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["filter", "iteration", *(key for key, _ in CURVES), "mi/retrieval_chance"])
+        for r in records:
+            for h in r["history"]:
+                writer.writerow([r["filter"], h["iteration"], *(h.get(key) for key, _ in CURVES),
+                                 h.get("mi/retrieval_chance")])
+    plot(out, records, args)
+    print(f"{'filter':>7s} " + " ".join(f"{k.split('/')[-1][:14]:>14s}" for k, _ in CURVES) + "  (first 5 -> last 5 "
+          "iterations)")
+    for r in records:
+        cells = []
+        for key, _ in CURVES:
+            v = np.array([h.get(key, np.nan) for h in r["history"]], dtype=float)
+            cells.append(f"{np.nanmean(v[:5]):6.3f}->{np.nanmean(v[-5:]):6.3f}")
+        print(f"{r['filter']:>7s} " + " ".join(f"{c:>14s}" for c in cells))
+    print(f"results in {out}")
+
+
+if __name__ == "__main__":
+    main()
