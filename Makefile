@@ -13,7 +13,7 @@ VLLM := $(VLLM_VENV)/.vllm-installed
 export SDL_VIDEODRIVER ?= dummy
 export SDL_AUDIODRIVER ?= dummy
 
-.PHONY: demo oracle-demo test system-packages test-vllm lint bench clean
+.PHONY: demo demo-smollm2 oracle-demo test system-packages test-vllm lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,19 +35,27 @@ $(VLLM): pyproject.toml
 	$(VLLM_PY) -m pip install -q "gymnasium>=1.0" pytest pytest-timeout gguf accelerate
 	touch $@
 
-# The demo: a warm start of the default model on FrozenLakeCoord's oracle demonstrations (about 3
-# minutes on 2 CPU cores the first time, then reused from the user cache, where benchmarks/ finds it
-# too), then a short GRPO run with top-p filtering (--preset cpu-quick), a metrics table per
-# iteration, the plot in demo_out/run/metrics.png and the episodes in demo_out/run/report.html.
-# --overwrite replaces the previous demo's run.
+# The demo: the model organism of the demo env (a 0.5M-parameter decoder and a tokenizer learnt on the
+# env's text, trained on its oracle demonstrations: about 3 minutes on 2 CPU cores the first time,
+# then reused from the user cache, where benchmarks/ finds it too), then GRPO with top-p at RAGEN's
+# main-table scale (--preset organism, about 10 s an iteration), a metrics table, the plot in
+# demo_out/run/metrics.png and the episodes in demo_out/run/report.html. --overwrite replaces the
+# previous demo's run. `make demo-smollm2` is the same with the embedded SmolLM2-135M, warm-started.
 # The demo's env is the catalogue's (the entry with role "demo").
 DEMO_ENV = $(shell $(PY) -c "from ragen_envs.registry import env_for; print(env_for('demo'))")
+ORGANISM = $(shell $(PY) -c "from trainers.organism import organism_dir; print(organism_dir(['$(DEMO_ENV)']))")
 WARM_START = $(shell $(PY) -c "from trainers.sft import warm_start_dir; print(warm_start_dir('$(DEMO_ENV)'))")
 demo: $(DEV)
+	$(VENV)/bin/ragen sft --from-scratch --env $(DEMO_ENV) --output-dir $(ORGANISM)
+	$(VENV)/bin/ragen train --model $(ORGANISM) --preset organism --env $(DEMO_ENV) \
+		--output-dir demo_out/run --overwrite --logging-steps 5
+	$(VENV)/bin/ragen view demo_out/run
+
+demo-smollm2: $(DEV)
 	$(VENV)/bin/ragen sft --env $(DEMO_ENV) --output-dir $(WARM_START)
 	$(VENV)/bin/ragen train --model $(WARM_START) --preset cpu-quick --env $(DEMO_ENV) \
-		--output-dir demo_out/run --overwrite
-	$(VENV)/bin/ragen view demo_out/run
+		--output-dir demo_out/smollm2 --overwrite
+	$(VENV)/bin/ragen view demo_out/smollm2
 
 # System packages of some tests, installed where apt-get runs as root; elsewhere those tests are
 # skipped and say what to install: chromium (the `ragen view` page in a real headless browser) and

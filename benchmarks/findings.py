@@ -108,6 +108,23 @@ def warm_model(args) -> str:
     return default_organism([WARM_ENV])
 
 
+def organism_parser(description: str) -> argparse.ArgumentParser:
+    """The flags every organism study shares (``organism_learning.py``, ``template_collapse.py``)."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iterations", type=int, default=40)
+    p.add_argument("--learning-rate", type=float, default=None, help="default: the organism preset's")
+    p.add_argument("--model", default=None, help="default: the demo env's organism (built on first use)")
+    p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<script>)")
+    return p
+
+
+def organism_setup(args, script: str) -> tuple[str, str, Path]:
+    """An organism study's env (the demo env), model (``--model`` or the organism) and results folder."""
+    out = Path(args.out or Path(__file__).parent / "results" / script)
+    out.mkdir(parents=True, exist_ok=True)
+    return WARM_ENV, warm_model(args), out
+
+
 def warm_start_model() -> str:
     """The embedded SmolLM2-135M warm-started on the demo env (``make demo-smollm2``'s; made on first use,
     about 3 minutes on 2 cores, then cached)."""

@@ -16,7 +16,6 @@ episodes pooled over seeds), learning.png.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
@@ -25,9 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ragen_envs.registry import env_for
+import findings
 
 HELD_OUT_SEED = 100_000  # training seeds start at the preset's 10000, a run uses a few hundred
+# what a seed's record keeps of each iteration's metrics (the run folder's metrics.jsonl has them all)
+KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/response_length", "mi/retrieval_acc",
+        "mi/retrieval_chance", "mi/mi_est", "mi/conditional_entropy", "policy/token_entropy", "loss/approx_kl",
+        "loss/clip_frac", "filter/kept_ratio", "time/iteration_s")
 
 
 class HeldOut:
@@ -72,7 +75,7 @@ def run_seed(out: Path, model: str, env: str, seed: int, args) -> dict:
     start = time.perf_counter()
     trainer = Trainer(model, env, config, callbacks=[held_out])
     first = {"iteration": 0, **held_out.evaluate(trainer)}
-    history = [first] + trainer.train()
+    history = [first] + [{k: v for k, v in h.items() if k in KEPT or k.startswith("val/")} for h in trainer.train()]
     record = {"seed": seed, "model": model, "wall_s": time.perf_counter() - start, "config": config.to_dict(),
               "history": history}
     done.write_text(json.dumps(record) + "\n")
@@ -139,21 +142,13 @@ def plot(out: Path, records: list[dict], rows: list[dict], episodes: int) -> Non
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = findings.organism_parser(__doc__)
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--iterations", type=int, default=60)
     p.add_argument("--every", type=int, default=10, help="held-out evaluation every this many iterations")
     p.add_argument("--val-episodes", type=int, default=256)
-    p.add_argument("--learning-rate", type=float, default=None, help="default: the organism preset's")
-    p.add_argument("--model", default=None, help="default: the demo env's organism (built on first use)")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "organism_learning"))
+    p.set_defaults(iterations=60)
     args = p.parse_args()
-    from trainers.organism import default_organism
-
-    env = env_for("demo")
-    model = args.model or default_organism([env])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    env, model, out = findings.organism_setup(args, "organism_learning")
     records = []
     for seed in range(args.seeds):
         print(f"[seed {seed + 1}/{args.seeds}]", flush=True)

@@ -1,20 +1,20 @@
 """Template collapse, looked for on the model organism: does its reasoning stop depending on the input
 while its entropy stays up, and what does top-p filtering do to the same run?
 
-Runs of the ``organism`` preset (RAGEN's 8 x 16, 5 turns) from the demo env's organism under a setting
-meant to provoke collapse (``--entropy-coef``: an entropy bonus far above RAGEN's 0.001, which pays for
-diverse tokens whatever the input; ``--slip``: reward from the dice rather than the prompt), once with
-no filter and once with top-p 0.9, on the same rollout seeds. Per iteration: Retrieval-Acc against its
+Runs of the ``organism`` preset (RAGEN's 8 x 16, 5 turns, softmax top-p 0.9; ``make demo``'s run) from
+the demo env's organism, once with no filter and once with the preset's top-p, on the same rollout
+seeds; ``--entropy-coef`` (an entropy bonus above RAGEN's 0.001 pays for diverse tokens whatever the
+input), ``--slip`` (reward from the dice rather than the prompt) and ``--learning-rate`` change the
+setting. Per iteration: Retrieval-Acc against its
 chance 1/P, MI-Est, the conditional entropy H(Z|X) of the reasoning, the token entropy and success.
 A run's record is written when it is done, so a stopped script resumes at the next run.
 
-    python benchmarks/template_collapse.py [--entropy-coef 0.05 --slip 0 --iterations 40 --learning-rate 2e-3]
+    python benchmarks/template_collapse.py [--entropy-coef 0.05 --slip 0.5 --iterations 40 --learning-rate 1e-3]
 Outputs go to benchmarks/results/template_collapse/: curves.csv, collapse.png and a record per run.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragen_envs.registry import env_for
+import findings
 
 FILTERS = ("none", "top_p")
 CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance dashed)"), ("mi/mi_est", "MI-Est (nats)"),
@@ -37,10 +37,10 @@ def run(out: Path, model: str, env: str, name: str, args) -> dict:
     done = out / f"{name}.json"
     if done.is_file():
         return json.loads(done.read_text())
+    given = {k: v for k, v in (("entropy_coef", args.entropy_coef), ("learning_rate", args.learning_rate)) if v}
     config = TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, filter=name,
-                                       entropy_coef=args.entropy_coef, learning_rate=args.learning_rate,
                                        output_dir=str(out / "runs"), overwrite_output_dir=True, save_strategy="no",
-                                       save_rollouts_steps=0, plot=False, logging_steps=0)
+                                       save_rollouts_steps=0, plot=False, logging_steps=0, **given)
     kwargs = {**config.rollout.env_kwargs.get(env, {}), "slip": args.slip}
     config = replace(config, rollout=replace(config.rollout, env_kwargs={env: kwargs}))
     start = time.perf_counter()
@@ -70,27 +70,19 @@ def plot(out: Path, records: list[dict], args) -> None:
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"Model organism, entropy bonus {args.entropy_coef}, slip {args.slip}, learning rate "
-                 f"{args.learning_rate}: looking for template collapse")
+    config = records[0].get("config", {})
+    fig.suptitle(f"Model organism, entropy bonus {config.get('entropy_coef')}, slip {args.slip}, learning rate "
+                 f"{config.get('learning_rate')}: looking for template collapse")
     fig.tight_layout()
     fig.savefig(out / "collapse.png", dpi=100)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--entropy-coef", type=float, default=0.05)
+    p = findings.organism_parser(__doc__)
+    p.add_argument("--entropy-coef", type=float, default=None, help="default: the preset's (RAGEN's 0.001)")
     p.add_argument("--slip", type=float, default=0.0)
-    p.add_argument("--iterations", type=int, default=40)
-    p.add_argument("--learning-rate", type=float, default=2e-3)
-    p.add_argument("--model", default=None, help="default: the demo env's organism (built on first use)")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "template_collapse"))
     args = p.parse_args()
-    from trainers.organism import default_organism
-
-    env = env_for("demo")
-    model = args.model or default_organism([env])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    env, model, out = findings.organism_setup(args, "template_collapse")
     records = [run(out, model, env, name, args) for name in FILTERS]
     with open(out / "curves.csv", "w", newline="") as f:
         writer = csv.writer(f)

@@ -143,12 +143,13 @@ def cmd_sft(args) -> int:
         record = from_scratch(envs, config, cli_args.build(OrganismConfig, args), device=device)
     else:
         record = warm_start(policy.model, envs, config, device=device)
+    made = "the model organism (a small decoder built from scratch)" if args.from_scratch else "the warm-started model"
     if record.get("cached"):
-        print(f"the warm-started model: {config.output_dir} (ragen train --model {config.output_dir})")
+        print(f"{made}: {config.output_dir} (ragen train --model {config.output_dir})")
         return 0
     print(f"{record['demonstrations']} demonstration turns ({record['oracle_share']:.0%} oracle), "
           f"{record['steps']} steps, loss {record['first_loss']:.3f} -> {record['last_loss']:.3f}; "
-          f"the warm-started model: {config.output_dir} (ragen train --model {config.output_dir})")
+          f"{made}: {config.output_dir} (ragen train --model {config.output_dir})")
     return 0
 
 

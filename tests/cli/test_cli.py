@@ -325,7 +325,7 @@ def test_the_eval_preset_is_ragens_validation_with_each_envs_own_settings():
 
 
 def test_the_demo_warm_start_prompts_match_the_cpu_quick_runs():
-    """`make demo` trains the warm start with SFTConfig's defaults, then RL with cpu-quick: the prompts
+    """`make demo-smollm2` trains the warm start with SFTConfig's defaults, then RL with cpu-quick: the prompts
     (turns left, reply budget) must be the same, or the warm start learnt other prompts."""
     from trainers.config import SFTConfig, TrainerConfig
 
