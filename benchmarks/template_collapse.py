@@ -44,7 +44,8 @@ def run(out: Path, model: str, env: str, name: str, args) -> dict:
     kwargs = {**config.rollout.env_kwargs.get(env, {}), "slip": args.slip}
     config = replace(config, rollout=replace(config.rollout, env_kwargs={env: kwargs}))
     start = time.perf_counter()
-    history = Trainer(model, env, config).train()
+    kept = {key for key, _ in CURVES} | {"iteration", "mi/retrieval_chance", "rollout/random_success"}
+    history = [{k: v for k, v in h.items() if k in kept} for h in Trainer(model, env, config).train()]
     record = {"filter": name, "wall_s": time.perf_counter() - start, "config": config.to_dict(), "history": history}
     done.write_text(json.dumps(record) + "\n")
     return record
