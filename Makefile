@@ -35,7 +35,7 @@ $(VLLM): pyproject.toml
 	$(VLLM_PY) -m pip install -q "gymnasium>=1.0" pytest pytest-timeout gguf accelerate
 	touch $@
 
-# The demo: the model organism of the demo env (a 0.5M-parameter decoder and a tokenizer learnt on the
+# The demo: the model organism of the demo env (a 0.6M-parameter decoder and a tokenizer learnt on the
 # env's text, trained on its oracle demonstrations: about 3 minutes on 2 CPU cores the first time,
 # then reused from the user cache, where benchmarks/ finds it too), then GRPO with top-p at RAGEN's
 # main-table scale (--preset organism, about 10 s an iteration), a metrics table, the plot in

@@ -7,7 +7,7 @@ Every result records the cell's seed and full config; ``config.json`` in the res
 script's arguments.
 
 Without ``--model`` the scripts train the demo env's model organism (``trainers/organism.py``: a
-0.5M-parameter decoder built on first use, about 3 minutes, then cached) at RAGEN's main-table scale
+0.6M-parameter decoder built on first use, about 3 minutes, then cached) at RAGEN's main-table scale
 (``ORGANISM``: 8 x 16, 5 turns; the ``organism`` preset's rate, every layer trained), about 10 s an
 iteration on 2 CPU cores. With ``--model`` (a larger model, on a GPU with ``--backend vllm`` for the
 rollouts) they train that model at ``FULL`` (its warm start's 3 turns and 64 tokens, learning rate

@@ -1,7 +1,7 @@
 """Where a training iteration's time goes: rollout, MI scoring, no-grad pass, filter, update.
 
 One GRPO iteration (MI proxies on; no filter by default, so every row updates on the whole batch) of
-the warm-started model (``make demo``'s, built on first use) on the same episodes, run as:
+the warm-started model (``make demo-smollm2``'s, built on first use) on the same episodes, run as:
 - before: every turn's prompt recomputed in full and the no-grad pass always run (this project's
   trainer before the KV cache was kept across turns and unneeded passes were skipped);
 - now: the defaults (KV cache kept across turns; the no-grad pass only where the update needs it);
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS),
                         help="which rows to run; the ratio column is against the first one run")
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct warm-started "
-                        "on FrozenLakeCoord (as `make demo`), so it writes reasoning (MI) and rewards vary")
+                        "on FrozenLakeCoord (as `make demo-smollm2`), so it writes reasoning (MI) and rewards vary")
     parser.add_argument("--organism", action="store_true", help="the demo env's model organism at the organism "
                         "preset's scale (sets the scale, the model and --freeze-layers 0)")
     args = parser.parse_args()

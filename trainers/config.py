@@ -219,7 +219,7 @@ class SFTConfig:
             raise ValueError("learning_rate must be > 0 and freeze_layers >= 0")
 
 
-# The model organism's sizes (`ragen sft --from-scratch`, trainers/organism.py): about 0.5M parameters, so
+# The model organism's sizes (`ragen sft --from-scratch`, trainers/organism.py): about 0.6M parameters, so
 # an iteration at RAGEN's scale (8 x 16, 5 turns, MI scored) takes about 10 s on 2 CPU cores
 @dataclass
 class OrganismConfig:

@@ -15,11 +15,11 @@ pair's pieces merge with their neighbours). Any text still round-trips exactly (
 vocabulary would lose what it never saw). The chat markers are special tokens; ``<think>``,
 ``</think>``, ``<answer>`` and ``</answer>`` are whole tokens that decoding keeps.
 
-Its model is a Llama-style decoder of ``layers`` x ``width`` (about 0.5M parameters with the default
+Its model is a Llama-style decoder of ``layers`` x ``width`` (about 0.6M parameters with the default
 sizes), randomly initialised from the seed, then trained on the envs' oracle demonstrations by the
 warm start (``sft.py``: the same prompts, chat template, ``<think>`` prefill and imperfect turns) with
 ``ORGANISM_SFT``'s settings, every layer trained. The result is an ordinary model folder that
-``ragen eval/train --model`` and the vLLM backend load.
+``ragen eval/train --model`` load (and, as any Llama folder, the vLLM backend: not tried here).
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ def _lr_factor(schedule: str, steps: int, step: int) -> float:
 
 
 def warm_start_dir(env_id: str) -> Path:
-    """Where ``make demo`` and the findings scripts keep the default model's warm start on ``env_id``:
+    """Where ``make demo-smollm2`` and the speed benchmarks keep the default model's warm start on ``env_id``:
     the user cache, one folder per env."""
     from ragen_envs.agent.default_model import cache_dir
 

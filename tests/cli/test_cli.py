@@ -343,8 +343,8 @@ def test_the_organism_learns_the_prompts_its_preset_plays():
 
     demo = env_for("demo")
     sft, run = organism_sft(), TrainerConfig.from_preset("organism", demo)
-    assert ChatEnv(demo, sft.chat, sft.max_new_tokens).reset(seed=5) == \
-        ChatEnv(demo, run.rollout.chat, run.rollout.sampling.max_new_tokens, **run.rollout.env_kwargs[demo]).reset(seed=5)
+    played = ChatEnv(demo, run.rollout.chat, run.rollout.sampling.max_new_tokens, **run.rollout.env_kwargs[demo])
+    assert ChatEnv(demo, sft.chat, sft.max_new_tokens).reset(seed=5) == played.reset(seed=5)
     assert preset("organism", demo) == {**preset("ragen2-main", demo), **ORGANISM}
 
 
