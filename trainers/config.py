@@ -262,7 +262,7 @@ def organism_sft(**fields) -> SFTConfig:
 # "organism" is ragen2-main for the model organism (trainers/organism.py, `make demo`): every layer
 # trained, at a rate for its size, MI scored every iteration; about 10 s an iteration on 2 CPU cores.
 PRESETS = ("ragen2-main", "cpu-quick", "organism")
-ORGANISM = {"learning_rate": 2e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
+ORGANISM = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
 # RAGEN's validation (es_manager.val, seed.val, rollout.val_kwargs): 512 groups of one episode each, env
 # seeds from 123, sampled at temperature 0.5
 VALIDATION = {"ragen2-main": {"n_groups": 512, "group_size": 1, "seed": 123, "sampling": {"temperature": 0.5}}}
