@@ -35,7 +35,7 @@ import torch
 from ragen_envs.agent import ChatEnv
 from ragen_envs.agent.parsing import THINK_OPEN
 from trainers.config import OrganismConfig, SFTConfig, organism_sft
-from trainers.sft import oracle_turn, warm_start
+from trainers.sft import oracle_turn, reused, warm_start
 
 SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>"]
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
@@ -102,9 +102,14 @@ def build_model(tokenizer, config: OrganismConfig, seed: int):
         num_key_value_heads=max(config.heads // 2, 1), max_position_embeddings=config.max_context,
         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id))
-    # what the warm start records as its model, so a cached organism is reused only for the same sizes
-    model.config._name_or_path = "organism:" + json.dumps(asdict(config), sort_keys=True)
+    model.config._name_or_path = organism_name(config)
     return model
+
+
+def organism_name(config: OrganismConfig) -> str:
+    """What the warm start records as the organism's model, so a cached organism is reused only for the
+    same sizes."""
+    return "organism:" + json.dumps(asdict(config), sort_keys=True)
 
 
 def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: OrganismConfig | None = None,
@@ -113,12 +118,15 @@ def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: Org
     (``warm_start`` with every layer trained), saved to ``sft.output_dir``; by default with
     ``organism_sft()`` into ``organism_dir``. Deterministic for ``sft.seed``; a folder holding the same
     build is reused."""
-    sft = sft or organism_sft(output_dir=str(organism_dir(env_ids)))
+    sft = replace(sft or organism_sft(output_dir=str(organism_dir(env_ids))), freeze_layers=0)
     organism = organism or OrganismConfig()
+    cached = reused(organism_name(organism), env_ids, sft)  # before learning a tokenizer it would not need
+    if cached is not None:
+        return cached
     tokenizer = build_tokenizer(corpus(env_ids, sft, organism.corpus_episodes), organism.vocab_size,
                                 action_words(env_ids))
     model = build_model(tokenizer, organism, sft.seed)
-    return warm_start(model, env_ids, replace(sft, freeze_layers=0), tokenizer=tokenizer, device=device)
+    return warm_start(model, env_ids, sft, tokenizer=tokenizer, device=device)
 
 
 def organism_dir(env_ids: list[str]) -> Path:

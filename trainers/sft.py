@@ -130,20 +130,11 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     """Fine-tune ``model`` (a path or id, a loaded model with ``tokenizer``, or None for the default) on
     oracle demonstrations of ``env_ids``; save it to ``config.output_dir``; return what happened."""
     out = Path(config.output_dir)
-    settings = {k: v for k, v in asdict(config).items() if k != "overwrite_output_dir"}
-    made_from = {"envs": list(env_ids), "model": model_name(model), "config": settings}
-    previous = _previous(out)
-    if previous is not None:  # a setting added since it was made counts at its default (what it ran with)
-        defaults = {k: v for k, v in asdict(SFTConfig()).items() if k != "overwrite_output_dir"}
-        previous["config"] = {**defaults, **previous.get("config", {})}
-    if previous is not None and {k: previous.get(k) for k in made_from} == made_from:
-        print(f"using the warm start already in {out} (same model, envs and settings)", flush=True)
-        return {**previous, "cached": True}
-    if previous is not None and not config.overwrite_output_dir:
-        raise ValueError(f"{out} holds a warm start made with other settings; pass --overwrite to replace it "
-                         "or choose another --output-dir")
-    if previous is not None:  # a folder whose record is gone counts as incomplete until the new one is saved
-        (out / "warm_start.json").unlink()
+    name = model_name(model)
+    made_from = _made_from(name, env_ids, config)
+    cached = reused(name, env_ids, config)
+    if cached is not None:
+        return cached
     model, tokenizer = prepare_model(model, tokenizer, device, config.freeze_layers)
     model.train()
     with progress.step(f"playing {config.episodes} oracle episodes per env"):
@@ -183,6 +174,34 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
                   "last_loss": losses[-1] if losses else None}
         (out / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def _made_from(name: str, env_ids: list[str], config: SFTConfig) -> dict:
+    settings = {k: v for k, v in asdict(config).items() if k != "overwrite_output_dir"}
+    return {"envs": list(env_ids), "model": name, "config": settings}
+
+
+def reused(name: str, env_ids: list[str], config: SFTConfig) -> dict | None:
+    """The warm start in ``config.output_dir`` when it was made from model ``name`` on ``env_ids`` with the
+    same settings (its record, marked ``cached``), else None. A folder holding another warm start is
+    refused unless ``overwrite_output_dir``, and then counts as incomplete (its record is removed) until
+    the new one is saved."""
+    out = Path(config.output_dir)
+    made_from = _made_from(name, env_ids, config)
+    previous = _previous(out)
+    if previous is None:
+        return None
+    # a setting added since it was made counts at its default (what it ran with)
+    defaults = {k: v for k, v in asdict(SFTConfig()).items() if k != "overwrite_output_dir"}
+    previous["config"] = {**defaults, **previous.get("config", {})}
+    if {k: previous.get(k) for k in made_from} == made_from:
+        print(f"using the warm start already in {out} (same model, envs and settings)", flush=True)
+        return {**previous, "cached": True}
+    if not config.overwrite_output_dir:
+        raise ValueError(f"{out} holds a warm start made with other settings; pass --overwrite to replace it "
+                         "or choose another --output-dir")
+    (out / "warm_start.json").unlink()
+    return None
 
 
 def _lr_factor(schedule: str, steps: int, step: int) -> float:
