@@ -30,6 +30,8 @@ import numpy as np
 from ragen_envs.registry import env_for
 from trainers.config import CPU_QUICK_CHAT, CPU_QUICK_TOKENS
 
+HELD_OUT_SEED = 100_000  # held-out env seeds start here; training seeds (from 0, or RAGEN's 10000) stay below
+
 # The warm start every script starts from: `make demo`'s (SFTConfig's defaults on the demo env, in the
 # user cache), made on first use and then reused.
 WARM_ENV = env_for("demo")
@@ -125,6 +127,17 @@ def organism_setup(args, script: str) -> tuple[str, str, Path]:
     return WARM_ENV, warm_model(args), out
 
 
+def organism_config(args, env: str, out: Path, **fields):
+    """The organism preset's TrainerConfig for a study's run into ``out/runs``: metrics only, with
+    ``--iterations`` and ``--learning-rate`` (when given) over the preset's, and ``fields``."""
+    from trainers import TrainerConfig
+
+    rate = {"learning_rate": args.learning_rate} if args.learning_rate else {}
+    return TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, output_dir=str(out / "runs"),
+                                     overwrite_output_dir=True, save_strategy="no", save_rollouts_steps=0,
+                                     plot=False, logging_steps=0, **rate, **fields)
+
+
 def warm_start_model() -> str:
     """The embedded SmolLM2-135M warm-started on the demo env (``make demo-smollm2``'s; made on first use,
     about 3 minutes on 2 cores, then cached)."""
@@ -153,19 +166,27 @@ def trainer_config(s: Scale, seed: int, train: dict, **fields):
 
 
 def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
-    """Greedy success on ``s.val_episodes`` held-out episodes (seeds from 100000 + seed), with the
+    """Greedy success on ``s.val_episodes`` held-out episodes (seeds from HELD_OUT_SEED + seed), with the
     success of random valid actions on the same episodes beside it."""
-    from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig
-    from ragen_envs.agent.baseline import random_success
+    from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 
-    config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=100_000 + seed, env_kwargs=env_kwargs,
+    config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=HELD_OUT_SEED + seed, env_kwargs=env_kwargs,
                            chat=ChatEnvConfig(max_turns=s.max_turns),
                            sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=0.0))
-    trajectories = RolloutRunner(env, policy, config).collect()
+    return {f"val_{k}": v for k, v in held_out(policy, env, config, seed).items() if k != "episodes"}
+
+
+def held_out(policy, envs, config, seed: int) -> dict:
+    """Play ``config``'s episodes of ``envs``: their number, success and format validity, and the success
+    of random valid actions (seeded by ``seed``) on the same episodes."""
+    from ragen_envs.agent import RolloutRunner
+    from ragen_envs.agent.baseline import random_success
+
+    trajectories = RolloutRunner(envs, policy, config).collect()
     chance = random_success(trajectories, config.chat, seed)
-    return {"val_success": float(np.mean([t.success for t in trajectories])),
-            "val_random_success": float(np.mean(list(chance.values()))) if chance else float("nan"),
-            "val_format_valid": float(np.mean([t.format_valid for t in trajectories]))}
+    return {"episodes": len(trajectories), "success": float(np.mean([t.success for t in trajectories])),
+            "random_success": float(np.mean(list(chance.values()))) if chance else float("nan"),
+            "format_valid": float(np.mean([t.format_valid for t in trajectories]))}
 
 
 def run_summary(history: list[dict]) -> dict:

@@ -26,7 +26,6 @@ import numpy as np
 
 import findings
 
-HELD_OUT_SEED = 100_000  # training seeds start at the preset's 10000, a run uses a few hundred
 # what a seed's record keeps of each iteration's metrics (the run folder's metrics.jsonl has them all)
 KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/response_length", "mi/retrieval_acc",
         "mi/retrieval_chance", "mi/mi_est", "mi/conditional_entropy", "policy/token_entropy", "loss/approx_kl",
@@ -41,18 +40,12 @@ class HeldOut:
         self.episodes, self.every, self.temperature = episodes, every, temperature
 
     def evaluate(self, trainer) -> dict:
-        from ragen_envs.agent import RolloutRunner
-        from ragen_envs.agent.baseline import random_success
-
         run = trainer.config.rollout
-        config = replace(run, n_groups=self.episodes, group_size=1, seed=HELD_OUT_SEED,
+        config = replace(run, n_groups=self.episodes, group_size=1, seed=findings.HELD_OUT_SEED,
                          sampling=replace(run.sampling, temperature=self.temperature, seed=None))
         envs = {env_id: self.episodes for env_id in trainer.runner.mix}  # the mix's own counts are the run's
-        trajectories = RolloutRunner(envs, trainer.policy, config).collect()
-        chance = random_success(trajectories, config.chat, HELD_OUT_SEED)
-        return {"val/episodes": len(trajectories), "val/success": float(np.mean([t.success for t in trajectories])),
-                "val/random_success": float(np.mean(list(chance.values()))),
-                "val/format_valid": float(np.mean([t.format_valid for t in trajectories]))}
+        played = findings.held_out(trainer.policy, envs, config, findings.HELD_OUT_SEED)
+        return {f"val/{k}": v for k, v in played.items()}
 
     def on_iteration_end(self, trainer, iteration: int, metrics: dict) -> None:
         if iteration % self.every == 0:
@@ -61,15 +54,12 @@ class HeldOut:
 
 def run_seed(out: Path, model: str, env: str, seed: int, args) -> dict:
     """One seed's run (or its finished record): the held-out points and the per-iteration metrics."""
-    from trainers import Trainer, TrainerConfig
+    from trainers import Trainer
 
     done = out / f"seed{seed}.json"
     if done.is_file():
         return json.loads(done.read_text())
-    rate = {"learning_rate": args.learning_rate} if args.learning_rate else {}
-    config = TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, output_dir=str(out / "runs"),
-                                       overwrite_output_dir=True, save_strategy="no", save_rollouts_steps=0,
-                                       plot=False, logging_steps=0, **rate)
+    config = findings.organism_config(args, env, out)
     config = replace(config, rollout=replace(config.rollout, seed=config.rollout.seed + 1000 * seed))
     held_out = HeldOut(args.val_episodes, args.every)
     start = time.perf_counter()

@@ -32,15 +32,13 @@ CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance dashed)"), ("mi/mi_est", "
 
 
 def run(out: Path, model: str, env: str, name: str, args) -> dict:
-    from trainers import Trainer, TrainerConfig
+    from trainers import Trainer
 
     done = out / f"{name}.json"
     if done.is_file():
         return json.loads(done.read_text())
-    given = {k: v for k, v in (("entropy_coef", args.entropy_coef), ("learning_rate", args.learning_rate)) if v}
-    config = TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, filter=name,
-                                       output_dir=str(out / "runs"), overwrite_output_dir=True, save_strategy="no",
-                                       save_rollouts_steps=0, plot=False, logging_steps=0, **given)
+    bonus = {"entropy_coef": args.entropy_coef} if args.entropy_coef else {}
+    config = findings.organism_config(args, env, out, filter=name, **bonus)
     kwargs = {**config.rollout.env_kwargs.get(env, {}), "slip": args.slip}
     config = replace(config, rollout=replace(config.rollout, env_kwargs={env: kwargs}))
     start = time.perf_counter()
