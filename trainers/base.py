@@ -57,9 +57,14 @@ class TrainerBase:
         self.output_dir = self._run_folder(cfg, mix)
         self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
         resume, resume_state = None, None
+        self.record = {"model": self.model_name, "env": mix, **cfg.to_dict()}  # config.json
         if cfg.resume_from_checkpoint:
             resume = checkpoint.find(self.output_dir, cfg.resume_from_checkpoint)
             resume_state = checkpoint.validate(resume, cfg.algorithm, self.model_name)
+            # the run's record: its settings change only on purpose, and the change is kept
+            self.record = run_folder.resumed_record(run_folder.read_record(self.output_dir), self.record,
+                                                    resume_state["iteration"], cfg.allow_config_changes,
+                                                    TrainerConfig.flag)
         else:
             old_run = run_folder.check(self.output_dir, cfg.overwrite_output_dir)
             all_reduce([0], self.world)  # every rank has checked before rank 0 clears or writes
@@ -124,8 +129,7 @@ class TrainerBase:
         """``config.json`` next to the metrics: every field resolved, plus env and model, so
         ``ragen train --config`` repeats the run."""
         path = self.output_dir / "config.json"
-        record = {"model": self.model_name, "env": self.runner.mix, **self.config.to_dict()}
-        path.write_text(json.dumps(record, indent=2) + "\n")
+        path.write_text(json.dumps(self.record, indent=2) + "\n")
         return path
 
     # == the loop =================================================================================

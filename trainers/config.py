@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
 from ragen_envs.agent.chat_env import ChatEnvConfig
@@ -128,6 +128,9 @@ class TrainerConfig:
     save_rollouts_steps: int = 5
     # a checkpoint folder (its parent becomes output_dir when that is None), or "latest" in output_dir
     resume_from_checkpoint: str | None = field(default=None, metadata={"flag": "resume"})
+    # on resume, run with settings that differ from the run's config.json (kept there in its "history",
+    # with the iterations each ran) instead of refusing them
+    allow_config_changes: bool = field(default=False, metadata={"flag": "allow_changes"})
 
     def __post_init__(self):
         def check(name, ok, what):
@@ -168,6 +171,21 @@ class TrainerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def flag(cls, path: str) -> str:
+        """The command-line flag of a dotted field ("rollout.sampling.temperature" -> "--temperature");
+        "env" and "model" are flags of their own."""
+        import typing
+
+        config, name = cls, path
+        for part in path.split("."):
+            by_name = {f.name: f for f in fields(config)}
+            if part not in by_name:
+                return f"--{part.replace('_', '-')}"
+            name = by_name[part].metadata.get("flag", part)
+            config = typing.get_type_hints(config).get(part)
+        return f"--{name.replace('_', '-')}"
 
     @classmethod
     def from_preset(cls, name: str, env: str | None = None, **overrides) -> "TrainerConfig":

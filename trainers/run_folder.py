@@ -7,6 +7,7 @@ start. Without ``output_dir`` every run gets its own new folder under ``runs/``.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -53,3 +54,60 @@ def clear(paths: list[Path]) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+# == the run's record ===============================================================================
+# Settings a resume may change: how far the run goes and what it writes, not what it trains.
+RESUME_FREE = {"num_iterations", "output_dir", "overwrite_output_dir", "resume_from_checkpoint",
+               "allow_config_changes", "logging_steps", "plot", "save_strategy", "save_steps",
+               "save_total_limit", "save_rollouts_steps"}
+
+
+def read_record(folder: Path) -> dict | None:
+    """The run's ``config.json`` (its settings, env, model and history), or None when there is none."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is unreadable ({error}); it is the run's record") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a run's record (a mapping of settings)")
+    return record
+
+
+def _leaves(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key != "env":  # env: {id: groups} is one setting
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def changes(old: dict, new: dict) -> dict[str, tuple]:
+    """Dotted setting -> (old, new) for what ``new`` changes of the record ``old`` (RESUME_FREE aside)."""
+    before, after = _leaves({k: v for k, v in old.items() if k != "history"}), _leaves(new)
+    return {key: (before[key], value) for key, value in after.items()
+            if key in before and key.split(".")[0] not in RESUME_FREE and before[key] != value}
+
+
+def resumed_record(old: dict | None, new: dict, iteration: int, allow: bool, flag) -> dict:
+    """The record a resumed run writes: ``new`` with the old record's history, plus an entry for the
+    iterations run so far when settings change. Without ``allow`` a change is refused (ValueError, one
+    line naming each setting as ``flag(dotted name)``, old and new value)."""
+    if old is None:
+        return new
+    history = list(old.get("history", []))
+    changed = changes(old, new)
+    if changed and not allow:
+        listed = "; ".join(f"{flag(key)} {before!r} -> {after!r}" for key, (before, after) in changed.items())
+        raise ValueError(f"resuming would change the run's settings ({listed}); leave those flags out to resume "
+                         f"as recorded in its config.json, or pass --allow-changes (allow_config_changes=True) to "
+                         f"change them, recorded in its history")
+    first = history[-1]["iterations"][1] + 1 if history else 1
+    if changed and first <= iteration:  # settings that never ran an iteration leave no entry
+        history.append({"iterations": [first, iteration], "settings": {k: v[0] for k, v in changed.items()}})
+    return {**new, "history": history} if history else new

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import inspect
 import io
 import json
@@ -149,19 +150,51 @@ def flatten(cls: type, data: dict, where: str = "") -> dict[str, Any]:
     """Parser defaults (dest -> value) from a nested dict shaped like ``cls``; unknown keys fail."""
     hints = typing.get_type_hints(cls)
     by_name = {f.name: f for f in dataclasses.fields(cls)}
+    by_name.update({_dest(f): f for f in dataclasses.fields(cls) if _dest(f) not in by_name})  # flag names too
     out = {}
     for key, value in data.items():
-        if key not in by_name:
-            raise ValueError(f"unknown config key {where}{key!r} (known: {', '.join(by_name)})")
-        tp = hints[key]
+        f = by_name.get(str(key).replace("-", "_"))
+        if f is None:
+            owner = _owner(cls, str(key).replace("-", "_"))
+            if owner is not None:  # a nested field by its flag name ("temperature" for rollout.sampling's)
+                out.update(flatten(owner, {key: value}, where))
+                continue
+            known = set(by_name) | set(flag_dests(cls))
+            raise ValueError(f"unknown config key {where}{key!r}{did_you_mean(str(key), known)}")
+        tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
                 raise ValueError(f"config key {where}{key!r} must be a mapping, got {value!r}")
             out.update(flatten(tp, value, f"{where}{key}."))
         else:
             _check_type(value, tp, f"{where}{key}")
-            out[_dest(by_name[key])] = value
+            out[_dest(f)] = value
     return out
+
+
+def flag_dests(cls: type) -> dict[str, type]:
+    """Every leaf field's flag name (its dest) in ``cls`` and its nested configs -> the config holding it."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(flag_dests(hints[f.name]))
+        else:
+            out[_dest(f)] = cls
+    return out
+
+
+def _owner(cls: type, dest: str) -> type | None:
+    owner = flag_dests(cls).get(dest)
+    return owner if owner is not cls else None
+
+
+def did_you_mean(word: str, known) -> str:
+    """"; did you mean 'x'?" for the closest of ``known``, or a list of them when none is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f" (known: {', '.join(sorted(known))})"
 
 
 def _check_type(value, tp, name: str) -> None:

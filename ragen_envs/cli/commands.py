@@ -4,7 +4,7 @@ flag has the dataclass's default and the comment beside the field as help.
     ragen list
     ragen eval --env Ragen/Sokoban-v0 --groups 8 --group-size 4
     ragen train --env Ragen/FrozenLake-v0 --algorithm grpo --filter top_p --output-dir runs/fl
-    ragen train --env Ragen/FrozenLake-v0 --output-dir runs/fl --iterations 20 --resume latest  # extend it
+    ragen train --output-dir runs/fl --iterations 20 --resume latest               # extend it, as recorded
     ragen train --config runs/fl/config.json --output-dir runs/fl-again           # repeat it elsewhere
     ragen plot runs/fl
     ragen view runs/fl                                                            # episodes as HTML
@@ -195,6 +195,7 @@ def load_run_config(path: str) -> dict:
             raise ValueError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a run config is a mapping of config fields")
+    data.pop("history", None)  # a run's record: which iterations ran under which settings
     return data
 
 
@@ -279,28 +280,44 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse ``argv``; for ``train``/``eval --preset NAME``, ``--config FILE`` and ``sft --from-scratch``
-    their values become the defaults."""
+    """Parse ``argv``. Defaults come in layers, each over the one before: the dataclasses'; for ``train
+    --resume``, the run's own config.json; ``--preset NAME``; ``--config FILE``; ``sft --from-scratch``'s.
+    Flags given on the command line override them all."""
     from trainers.config import ORGANISM_SFT, SFTConfig, TrainerConfig, eval_preset, preset
+    from trainers.run_folder import read_record
 
     parser, commands = build_parser()
     args = parser.parse_args(argv)
+    layers = []  # (subparser, defaults)
+    envs = model = None
+    if args.command == "train" and args.resume:
+        folder = args.output_dir or (Path(args.resume).parent if args.resume != "latest" else None)
+        if folder is None:
+            raise ValueError("--resume latest needs --output-dir, the run folder to resume")
+        if args.config:
+            raise ValueError("--resume reads the run's own config.json: leave out --config")
+        record = read_record(Path(folder))
+        if record is not None:
+            for key in ("history", "allow_config_changes", "resume_from_checkpoint"):  # this resume's own
+                record.pop(key, None)
+            envs, model = record.pop("env", None), record.pop("model", None)
+            layers.append((commands["train"], {**cli_args.flatten(TrainerConfig, record), "model": model}))
     if args.command in ("train", "eval") and args.preset:
-        env = args.env[0].partition(":")[0] if args.env else None
-        settings = (cli_args.flatten(TrainerConfig, preset(args.preset, env)) if args.command == "train"
-                    else cli_args.flatten(RolloutConfig, eval_preset(args.preset, env)))
-        commands[args.command].set_defaults(**settings)
-        args = parser.parse_args(argv)
-    if args.command == "sft" and args.from_scratch:  # the organism's own training settings
-        commands["sft"].set_defaults(**cli_args.flatten(SFTConfig, ORGANISM_SFT))
-        args = parser.parse_args(argv)
+        env = args.env[0].partition(":")[0] if args.env else next(iter(envs or {}), None)
+        layers.append((commands[args.command], cli_args.flatten(TrainerConfig, preset(args.preset, env))
+                       if args.command == "train" else cli_args.flatten(RolloutConfig, eval_preset(args.preset, env))))
     if args.command == "train" and args.config:
         data = load_run_config(args.config)
         envs, model = data.pop("env", None), data.pop("model", None)
-        commands["train"].set_defaults(**cli_args.flatten(TrainerConfig, data), model=model)
+        layers.append((commands["train"], {**cli_args.flatten(TrainerConfig, data), "model": model}))
+    if args.command == "sft" and args.from_scratch:  # the organism's own training settings
+        layers.append((commands["sft"], cli_args.flatten(SFTConfig, ORGANISM_SFT)))
+    for subparser, defaults in layers:
+        subparser.set_defaults(**defaults)
+    if layers:
         args = parser.parse_args(argv)
-        if args.env is None and envs:
-            args.env = [f"{env_id}:{groups}" for env_id, groups in envs.items()]
+    if args.command == "train" and args.env is None and envs:
+        args.env = [f"{env_id}:{groups}" for env_id, groups in envs.items()]
     if args.command in ("eval", "train", "sft", "serve") and not args.env:
         parser.error(f"{args.command}: give at least one --env (`ragen list` shows the catalogue)")
     return args

@@ -141,7 +141,8 @@ def test_a_saved_config_repeats_the_run_and_flags_override_it(tmp_path, suffix):
 
 
 @pytest.mark.parametrize("text, message", [
-    ('{"rollout": {"max_turn": 3}}', "unknown config key rollout.'max_turn'"),
+    ('{"rollout": {"max_turn": 3}}', "unknown config key rollout.'max_turn'; did you mean 'max_turns'?"),
+    ('{"learning_rat": 0.1}', "did you mean 'learning_rate'?"),
     ('{"rollout": {"n_groups": "8"}}', "'rollout.n_groups' must be <class 'int'>, got '8'"),
     ('{"algorithm": "a3c"}', "'algorithm' must be"),
     ('{"learning_rate": true}', "'learning_rate' must be <class 'float'>"),
@@ -156,6 +157,17 @@ def test_a_bad_run_config_is_one_line_not_a_traceback(tmp_path, capsys, text, me
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_a_config_file_takes_the_flag_names_too(tmp_path):
+    from ragen_envs.cli import args as cli_args
+    from trainers import TrainerConfig
+
+    path = tmp_path / "run.yaml"
+    path.write_text("iterations: 3\nresume: latest\ntemperature: 0.5\nrollout:\n  groups: 2\n  max-turns: 4\n")
+    config = cli_args.build(TrainerConfig, parse(["train", "--config", str(path), "--env", SMOKE]))
+    assert (config.num_iterations, config.resume_from_checkpoint, config.rollout.sampling.temperature,
+            config.rollout.n_groups, config.rollout.chat.max_turns) == (3, "latest", 0.5, 2, 4)
 
 
 def test_list_shows_the_catalogue(capsys):

@@ -192,3 +192,56 @@ def test_a_killed_run_resumes_with_every_finished_iteration_once(finished_run, t
     args[args.index("--iterations") + 1] = total
     assert main([*args, "--resume", "latest"]) == 0
     assert iterations(run) == list(range(1, int(total) + 1))  # each exactly once
+
+
+def test_resume_needs_only_the_run_folder(finished_run, tmp_path, capsys):
+    _, _ = _copy_run(finished_run, tmp_path)
+    run = tmp_path / "run"
+    before = json.loads((run / "config.json").read_text())
+    assert main(["train", "--output-dir", str(run), "--resume", "latest", "--iterations", "2"]) == 0
+    assert iterations(run) == [1, 2]
+    after = json.loads((run / "config.json").read_text())
+    # the same run, extended; no history: nothing changed (the copy's folder is another)
+    assert after == {**before, "num_iterations": 2, "resume_from_checkpoint": "latest", "output_dir": str(run)}
+
+
+def test_resume_refuses_a_changed_setting_before_the_model_loads(finished_run, tmp_path, capsys, monkeypatch):
+    _, args = _copy_run(finished_run, tmp_path)
+    run = tmp_path / "run"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    monkeypatch.setattr("trainers.base.prepare_model", lambda *a, **k: pytest.fail("the model loaded"))
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(run), "--resume", "latest", "--iterations", "2",
+                 "--learning-rate", "1e-4", "--filter", "top_p"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--learning-rate 1e-06 -> 0.0001" in err[0] and "--filter 'none' -> 'top_p'" in err[0]
+    assert "--allow-changes" in err[0]
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing rewritten
+
+
+def test_an_allowed_change_is_kept_in_the_runs_history(finished_run, tmp_path):
+    _, _ = _copy_run(finished_run, tmp_path)
+    run = tmp_path / "run"
+    assert main(["train", "--output-dir", str(run), "--resume", "latest", "--iterations", "2",
+                 "--learning-rate", "1e-4", "--allow-changes"]) == 0
+    record = json.loads((run / "config.json").read_text())
+    assert record["learning_rate"] == 1e-4
+    assert record["history"] == [{"iterations": [1, 1], "settings": {"learning_rate": 1e-6}}]
+    # the next resume keeps the history and, without --allow-changes, the new setting
+    assert main(["train", "--output-dir", str(run), "--resume", "latest", "--iterations", "3",
+                 "--temperature", "0.5"]) == 2
+    assert main(["train", "--output-dir", str(run), "--resume", "latest", "--iterations", "3"]) == 0
+    record = json.loads((run / "config.json").read_text())
+    assert record["learning_rate"] == 1e-4 and record["allow_config_changes"] is False
+    assert record["history"] == [{"iterations": [1, 1], "settings": {"learning_rate": 1e-6}}]
+    assert iterations(run) == [1, 2, 3]
+
+
+def test_the_trainer_refuses_a_changed_setting_on_resume(tokenizer, tmp_path):
+    cfg = config(tmp_path, num_iterations=1)
+    trainer(tokenizer, cfg).train()
+    changed = replace(cfg, resume_from_checkpoint="latest", num_iterations=2, entropy_coef=0.05,
+                      rollout=replace(cfg.rollout, seed=7))
+    with pytest.raises(ValueError, match=r"--seed 0 -> 7; --entropy-coef 0.001 -> 0.05\)"):
+        trainer(tokenizer, changed)
+    assert len(trainer(tokenizer, replace(changed, allow_config_changes=True)).train()) == 1
