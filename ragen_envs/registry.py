@@ -14,8 +14,12 @@ its own, as the paper's configs name them.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
+import inspect
+import types
+import typing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -183,7 +187,39 @@ def load_class(entry: EnvEntry) -> type:
 
 
 def _create(entry_id: str, **kwargs):
-    return load_class(ENVIRONMENTS[entry_id])(**kwargs)
+    cls = load_class(ENVIRONMENTS[entry_id])
+    check_arguments(cls, kwargs)
+    return cls(**kwargs)
+
+
+_TYPES = {float: ((int, float), "a number"), int: ((int,), "an integer"), bool: ((bool,), "true or false"),
+          str: ((str,), "a string")}
+
+
+def check_arguments(cls: type, kwargs: dict) -> None:
+    """A ValueError for a keyword argument the env class does not take ("did you mean") or whose value is
+    not of its annotated type (a number, an integer, a bool, a string), before the env's code meets it."""
+    parameters = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        names = [n for n in parameters if n != "self"]
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (it takes: {', '.join(names)})"
+                raise ValueError(f"unknown argument {key!r}{hint}")
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that cannot be resolved here: the env checks its own values
+        return
+    for key, value in kwargs.items():
+        hint = hints.get(key)
+        options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        allowed = [_TYPES[t] for t in options if t in _TYPES]
+        if value is None and type(None) in options or len(allowed) < len(options) - (type(None) in options):
+            continue  # None where None is allowed; a type not checked here
+        if allowed and not any(isinstance(value, types) and (bool in types or not isinstance(value, bool))
+                               for types, _ in allowed):
+            raise ValueError(f"argument {key!r} must be {' or '.join(name for _, name in allowed)}, got {value!r}")
 
 
 def register(entry: EnvEntry) -> None:

@@ -41,7 +41,7 @@ ALGORITHM_DEFAULTS = {
 
 @dataclass
 class TrainerConfig:
-    # -- what to train -----------------------------------------------------------------------
+    # -- run: algorithm, length, folder ------------------------------------------------------
     algorithm: Literal[ALGORITHMS] = "grpo"  # ppo | grpo | dapo | drgrpo
     # rollout -> filter -> update cycles in all, resumed ones included (TRL's max_steps)
     num_iterations: int = field(default=10, metadata={"flag": "iterations"})
@@ -50,7 +50,7 @@ class TrainerConfig:
     # replace a run already in output_dir (its metrics, config, checkpoints); without it such a folder is refused
     overwrite_output_dir: bool = field(default=False, metadata={"flag": "overwrite"})
 
-    # -- rollouts (RAGEN-2 runs: P = 8 prompts x G = 16 samples); its seed seeds the whole run ---
+    # -- rollout: P prompt groups x G samples (RAGEN-2: 8 x 16); its seed seeds the whole run ---
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     # -- optimisation ------------------------------------------------------------------------
@@ -71,6 +71,8 @@ class TrainerConfig:
     batch_adjust: Literal["copy", "delete"] = "copy"
     num_minibatches: int = 1  # optimizer steps per epoch when mini_batch_size is None
     micro_batch_size: int = 2  # sequences per forward/backward (gradient accumulation)
+
+    # -- devices: data parallel and precision -------------------------------------------------
     # under torchrun: "ddp" keeps a full copy of the model on every rank; "fsdp" shards weights, gradients
     # and optimizer state over the ranks (PyTorch's FSDP2, fully_shard), for models larger than one device
     data_parallel: Literal["ddp", "fsdp"] = "ddp"
@@ -79,7 +81,7 @@ class TrainerConfig:
     # a forward+backward ran 27x slower under bf16 autocast here)
     mixed_precision: Literal[PRECISIONS] = "auto"
 
-    # -- the objective -----------------------------------------------------------------------
+    # -- algorithm: advantage, clipping, KL, entropy ------------------------------------------
     # advantages: gae (a critic) | group (group-relative); None: the algorithm's (the table in trainers/config.py)
     advantage: Literal[ADVANTAGES] | None = None
     # with gae: the critic is a separate copy of the model with a value head (RAGEN/verl), or a value
@@ -99,7 +101,7 @@ class TrainerConfig:
     vf_coef: float = 0.5  # value loss weight (gae)
     cliprange_value: float = 0.5  # value clipping (verl's critic default)
 
-    # -- SNR-aware filtering (trainers/filtering.py: RAGEN's released selection rules) --------
+    # -- filter: SNR-aware filtering (trainers/filtering.py: RAGEN's released selection rules) --
     filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k | top_k_abs | min_p
     # rho: share of the summed score (top_p; >= 1 keeps all), of the groups (top_k), a count (top_k_abs)
     filter_value: float = 0.9
@@ -112,10 +114,11 @@ class TrainerConfig:
     # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
     filter_empty_stop: int = 5
 
-    # -- diagnostics, logging, checkpoints ---------------------------------------------------
+    # -- MI: the collapse diagnostics ---------------------------------------------------------
     mi_every: int = 5  # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
     mi_first_turn_pairs: int = 64  # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
     mi_trajectory_pairs: int = 64  # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
+    # -- output: logging, plot, checkpoints, resume --------------------------------------------
     logging_steps: int = 1  # print the metrics table every this many iterations
     plot: bool = True  # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
     # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)

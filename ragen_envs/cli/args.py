@@ -16,6 +16,7 @@ import difflib
 import inspect
 import io
 import json
+import re
 import tokenize
 import types
 import typing
@@ -65,6 +66,30 @@ def field_comments(cls: type) -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=None)
+def field_sections(cls: type) -> dict[str, str]:
+    """Field name -> the title of the section it is in (``# -- title ----`` lines in the class body)."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    out, title = {}, None
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# --"):
+            title = stripped.strip("#").strip().strip("-").strip()
+        elif title and ":" in stripped and stripped.split(":", 1)[0].isidentifier():
+            out[stripped.split(":", 1)[0]] = title
+    return out
+
+
+def _group(parser: argparse.ArgumentParser, title: str):
+    for group in parser._action_groups:
+        if group.title == title:
+            return group
+    return parser.add_argument_group(title)
+
+
 def _parts(tp) -> tuple[Any, bool]:
     """(the type without None, whether None is allowed)."""
     args = typing.get_args(tp)
@@ -74,10 +99,21 @@ def _parts(tp) -> tuple[Any, bool]:
     return tp, False
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error.msg} at character {error.pos}): {text!r}; JSON quotes "
+                                         "its keys, e.g. '{\"slip\": 0.2}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, e.g. '{{\"slip\": 0.2}}', got {text!r}")
+    return value
+
+
 def _converter(tp, optional: bool):
     origin = typing.get_origin(tp)
     if tp is dict or origin is dict:
-        base = json.loads
+        base = _json_object
     elif tp in (int, float, str):
         base = tp
     elif origin is Literal:
@@ -94,28 +130,35 @@ def _converter(tp, optional: bool):
     return convert
 
 
-def add_config(parser: argparse.ArgumentParser, cls: type, include: set[str] | None = None,
+def add_config(parser: argparse.ArgumentParser, cls: type, title: str, include: set[str] | None = None,
                defaults: Any = None) -> None:
-    """Add a flag per (nested) field of ``cls``; ``include`` limits the top-level fields. A nested
-    config's defaults are its parent's (``SFTConfig.chat`` may differ from ``ChatEnvConfig()``)."""
+    """Add a flag per (nested) field of ``cls`` to the help group ``title`` (a ``# -- section --`` of
+    the class starts its own group; a nested config gets a group named after its field); ``include``
+    limits the top-level fields. A nested config's defaults are its parent's (``SFTConfig.chat`` may
+    differ from ``ChatEnvConfig()``)."""
     hints = typing.get_type_hints(cls)
-    comments = field_comments(cls)
+    comments, sections = field_comments(cls), field_sections(cls)
     taken = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
         if include is not None and f.name not in include:
             continue
         tp = hints[f.name]
         default = getattr(defaults, f.name) if defaults is not None else _default(f)
+        section = sections.get(f.name, title)
         if dataclasses.is_dataclass(tp):
-            add_config(parser, tp, defaults=default)
+            about = comments.get(f.name)
+            nested = section if section != title else f"{f.name} ({about})" if about else f.name
+            add_config(parser, tp, nested, defaults=default)
             continue
         dest = _dest(f)
         if dest in taken:
             raise ValueError(f"flag --{dest.replace('_', '-')} of {cls.__name__}.{f.name} is already taken")
         flag = "--" + dest.replace("_", "-")
-        help_text = comments.get(f.name, "")
+        help_text = comments.get(f.name, "").replace("%", "%%")  # argparse formats help with %
+        if "default" not in help_text:
+            help_text = f"{help_text} (default: {default!r})".lstrip()
         inner, optional = _parts(tp)
-        kwargs: dict[str, Any] = {"dest": dest, "default": default, "help": f"{help_text} (default: {default!r})"}
+        kwargs: dict[str, Any] = {"dest": dest, "default": default, "help": help_text}
         if inner is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(inner) is list:
@@ -127,7 +170,7 @@ def add_config(parser: argparse.ArgumentParser, cls: type, include: set[str] | N
             kwargs["type"] = _converter(inner, optional)
             if choices:
                 kwargs["choices"] = choices + ([None] if optional else [])
-        parser.add_argument(flag, **kwargs)
+        _group(parser, section).add_argument(flag, **kwargs)
         taken.add(dest)
 
 
@@ -213,3 +256,54 @@ def _check_type(value, tp, name: str) -> None:
         ok = isinstance(value, origin or inner)
     if not ok:
         raise ValueError(f"config key {name!r} must be {inner}, got {value!r}")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line after a one-line usage, with "did you mean" for a
+    misspelt flag, and whose ``--help`` is one line a flag, grouped (``--help-all``: argparse's own)."""
+
+    def __init__(self, *args, **kwargs):
+        short = kwargs.pop("short_help", False)
+        super().__init__(*args, **{**kwargs, "add_help": not short and kwargs.get("add_help", True)})
+        if short:
+            self.add_argument("-h", "--help", action=_Help, help="one line a flag, grouped")
+            self.add_argument("--help-all", action=_Help, help="every flag with its whole help")
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments:"):
+            flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            hints = [did_you_mean(word.split("=")[0], flags).removeprefix("; ")
+                     for word in message.split(":", 1)[1].split() if word.startswith("--")]
+            message = "; ".join([message, *[h for h in hints if h.startswith("did you mean")]])
+        self.exit(2, f"usage: {self.prog} [options] ({self.prog} --help lists them)\n{self.prog}: error: {message}\n")
+
+
+class _Help(argparse.Action):
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(parser.format_help() if option_string == "--help-all" else short_help(parser), end="")
+        parser.exit(0)
+
+
+def short_help(parser: argparse.ArgumentParser, width: int = 110) -> str:
+    """``parser``'s flags one line each, in their groups: the flag, the start of its help, its default."""
+    formatter = parser._get_formatter()
+    lines = [f"usage: {parser.prog} [options]    (--help-all: each flag's whole help; --debug: tracebacks)"]
+    for group in parser._action_groups:
+        actions = [a for a in group._group_actions if a.help is not argparse.SUPPRESS
+                   and not {"-h", "--help-all", "--debug"} & set(a.option_strings)]
+        if not actions:
+            continue
+        lines.append(f"{group.title}:")
+        for action in actions:
+            name = ", ".join(action.option_strings) or action.dest
+            if isinstance(action, argparse.BooleanOptionalAction):
+                name = "--[no-]" + action.option_strings[0][2:]
+            text = re.sub(r"\s*\(default: [^()]*\)$", "", formatter._expand_help(action) if action.help else "")
+            default = "" if action.default in (None, argparse.SUPPRESS) else f"  [{action.default!r}]"
+            room = width - 4 - max(22, len(name)) - len(default)
+            text = text if len(text) <= room else text[:room - 3].rstrip() + "..."
+            lines.append(f"  {name:22s}  {text}{default}")
+    return "\n".join(lines) + "\n"

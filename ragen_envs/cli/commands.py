@@ -40,7 +40,9 @@ def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
     for value in values:
         env_id, _, count = value.partition(":")
         if env_id not in ENVIRONMENTS and env_id not in CLIENTS:
-            raise ValueError(f"unknown env {env_id!r}; `ragen list` shows the catalogue")
+            hint = cli_args.did_you_mean(env_id, [*ENVIRONMENTS, *CLIENTS])
+            raise ValueError(f"unknown env {env_id!r}{hint if hint.startswith(';') else ''} (`ragen list` shows "
+                             "the catalogue)")
         if count and not (count.isdigit() and int(count) >= 1):
             raise ValueError(f"--env {value!r}: the group count after ':' must be a positive integer")
         mix[env_id] = int(count) if count else groups
@@ -211,15 +213,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the full traceback of an error")
-    parser = argparse.ArgumentParser(prog="ragen", description="ragen-envs: LLM agents in multi-turn RL",
-                                     parents=[common])
+    parser = cli_args.Parser(prog="ragen", description="ragen-envs: LLM agents in multi-turn RL", parents=[common])
     parser.add_argument("--version", action="version", version=f"ragen-envs {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                        help="list, eval, train, sft, serve, plot or view; COMMAND --help for more")
     commands = {}
 
     def sub(name, **kwargs):
-        return subparsers.add_parser(name, parents=[common], **kwargs)
+        return subparsers.add_parser(name, parents=[common], short_help=True, **kwargs)
 
     ls = commands["list"] = sub("list", help="the environment catalogue")
     ls.add_argument("--markdown", action="store_true", help="print the README's table")
@@ -230,8 +231,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                     help="named settings: ragen2-main (RAGEN's validation for the --env: its turns, reply "
                          "budget and env settings, 512 episodes from seed 123), cpu-quick; flags override it")
     _add_env(ev)
-    cli_args.add_config(ev, PolicyConfig)
-    cli_args.add_config(ev, RolloutConfig)
+    cli_args.add_config(ev, PolicyConfig, "model")
+    cli_args.add_config(ev, RolloutConfig, "rollout")
     ev.add_argument("--save", default=None, help="write trajectories to this JSONL file")
     ev.add_argument("--show", action="store_true", help="print the first trajectory's conversation")
     ev.set_defaults(func=cmd_eval)
@@ -243,26 +244,27 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                     help="named settings: ragen2-main (RAGEN's main-table run for the --env), cpu-quick (a few "
                          "minutes on a CPU); --config and flags override it")
     _add_env(tr)
-    cli_args.add_config(tr, PolicyConfig, include=ROLLOUT_POLICY_FIELDS)
-    cli_args.add_config(tr, TrainerConfig)
+    cli_args.add_config(tr, PolicyConfig, "model", include=ROLLOUT_POLICY_FIELDS)
+    cli_args.add_config(tr, TrainerConfig, "run")
     tr.set_defaults(func=cmd_train)
 
     sf = commands["sft"] = sub("sft", help="warm start: fine-tune a model on the envs' oracle demonstrations")
     _add_env(sf)
-    cli_args.add_config(sf, PolicyConfig, include=TRAIN_POLICY_FIELDS)
-    cli_args.add_config(sf, SFTConfig)
+    cli_args.add_config(sf, PolicyConfig, "model", include=TRAIN_POLICY_FIELDS)
+    cli_args.add_config(sf, SFTConfig, "demonstrations and training")
     sf.add_argument("--from-scratch", action="store_true",
                     help="build a model organism (a small decoder and a tokenizer learnt on the envs' text, "
                          "sized by the flags below) and train it on the demonstrations, every layer; the "
                          "defaults above become the organism's (trainers.config.ORGANISM_SFT)")
-    cli_args.add_config(sf, OrganismConfig)
+    cli_args.add_config(sf, OrganismConfig, "the organism (--from-scratch)")
     sf.set_defaults(func=cmd_sft)
 
     sv = commands["serve"] = sub("serve", help="serve envs over HTTP to many clients (RemoteEnv, OpenEnv)")
     sv.add_argument("--env", action="append", default=None, help="an env id to serve; repeat for several")
     from ragen_envs.remote.server import ServerConfig
 
-    cli_args.add_config(sv, ServerConfig, include={f.name for f in dataclasses.fields(ServerConfig)} - {"envs"})
+    cli_args.add_config(sv, ServerConfig, "server",
+                        include={f.name for f in dataclasses.fields(ServerConfig)} - {"envs"})
     sv.set_defaults(func=cmd_serve)
 
     pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")
@@ -279,6 +281,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     return parser, commands
 
 
+def _parse(parser, commands, argv) -> argparse.Namespace:
+    """``parser.parse_args``, with a misspelt flag reported by its command's parser (its usage, not ragen's)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        (commands.get(getattr(args, "command", None)) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``argv``. Defaults come in layers, each over the one before: the dataclasses'; for ``train
     --resume``, the run's own config.json; ``--preset NAME``; ``--config FILE``; ``sft --from-scratch``'s.
@@ -287,7 +297,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     from trainers.run_folder import read_record
 
     parser, commands = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, commands, argv)
     layers = []  # (subparser, defaults)
     envs = model = None
     if args.command == "train" and args.resume:
@@ -315,7 +325,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for subparser, defaults in layers:
         subparser.set_defaults(**defaults)
     if layers:
-        args = parser.parse_args(argv)
+        args = _parse(parser, commands, argv)
     if args.command == "train" and args.env is None and envs:
         args.env = [f"{env_id}:{groups}" for env_id, groups in envs.items()]
     if args.command in ("eval", "train", "sft", "serve") and not args.env:
@@ -332,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
-        args = parse(argv)  # a run config file is read here
+        try:
+            args = parse(argv)  # a run config file is read here
+        except SystemExit as stop:  # argparse: --help, or a usage error it has printed
+            return stop.code if isinstance(stop.code, int) else 2
         return args.func(args)
     except KeyboardInterrupt:
         print("ragen: interrupted", file=sys.stderr)

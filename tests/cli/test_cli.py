@@ -2,11 +2,12 @@
 
 import json
 import re
+from inspect import signature
 
 import pytest
 
 from ragen_envs.cli import main, parse
-from ragen_envs.registry import ENVIRONMENTS, env_for
+from ragen_envs.registry import ENVIRONMENTS, env_for, load_class
 from conftest import DEFAULT, SMOKE, SMOKE_KWARGS, USABLE_IDS
 
 
@@ -66,9 +67,32 @@ def test_train_then_plot(model_dir, tmp_path, capsys):
 
 
 def test_bad_arguments_exit_with_a_message(capsys):
-    with pytest.raises(SystemExit):
-        main(["train", "--env", SMOKE, "--algorithm", "a3c"])
+    assert main(["train", "--env", SMOKE, "--algorithm", "a3c"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["eval", "train", "sft", "serve", "plot", "view", "list"])
+def test_help_is_grouped_one_line_a_flag_and_help_all_has_the_rest(command, capsys):
+    assert main([command, "--help"]) == 0
+    short = capsys.readouterr().out
+    lines = short.splitlines()
+    assert lines[0].startswith(f"usage: ragen {command} [options]") and len(lines) <= 90
+    assert all(len(line) <= 110 for line in lines)
+    assert main([command, "--help-all"]) == 0
+    full = capsys.readouterr().out
+    flags = {word.strip("[],|") for word in full.split() if word.startswith(("--", "[--"))}
+    missing = {f for f in flags if f not in short and f.replace("--no-", "--[no-]") not in short
+               and f.replace("--", "--[no-]") not in short and not f.startswith("--help") and f != "--debug"}
+    assert not missing  # every flag is in the short help
+    assert "(default: cuda when available) (default" not in full
+
+
+def test_train_help_reads_in_groups(capsys):
+    main(["train", "--help"])
+    groups = [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith(" ")][1:]
+    assert [g.split(":")[0].split(" (")[0] for g in groups] == [
+        "options", "model", "run", "rollout", "chat", "sampling", "optimisation", "devices", "algorithm", "filter",
+        "MI", "output"]
 
 
 def _leaves(cls):
@@ -186,6 +210,8 @@ def test_an_unknown_env_fails_before_any_model_loads(capsys):
     assert "unknown env 'Ragen/NoSuchEnv-v0'" in capsys.readouterr().err
 
 
+# an env that takes a slip probability (a float argument)
+SLIPPERY = next(i for i, e in ENVIRONMENTS.items() if not e.extra and "slip" in signature(load_class(e)).parameters)
 TRAIN = ["train", "--env", SMOKE, "--iterations", "1", "--groups", "1", "--group-size", "2"]
 
 
@@ -202,7 +228,14 @@ TRAIN = ["train", "--env", SMOKE, "--iterations", "1", "--groups", "1", "--group
     (TRAIN + ["--env-kwargs", json.dumps({DEFAULT: {}})], f"{DEFAULT}, which is not in this run"),
     (TRAIN + ["--env-kwargs", '{"colour": 2}'], "colour"),
     (TRAIN + ["--env", DEFAULT, "--env-kwargs", '{"slip": 0.1}'], "not keyed by env id"),
-    (TRAIN + ["--env-kwargs", "[1]"], "env_kwargs must be a JSON object"),
+    (TRAIN + ["--env-kwargs", "[1]"], "argument --env-kwargs: a JSON object is needed"),
+    (TRAIN + ["--env-kwargs", "{slip: 0.2}"], "not JSON (Expecting property name enclosed in double quotes"),
+    (["eval", "--env", SLIPPERY, "--env-kwargs", '{"slip": "high"}'], "argument 'slip' must be a number, got 'high'"),
+    (["eval", "--env", SLIPPERY, "--env-kwargs", '{"slp": 0.2}'], "unknown argument 'slp'; did you mean 'slip'?"),
+    (["eval", "--env", DEFAULT.lower()], f"did you mean {DEFAULT!r}?"),
+    (TRAIN + ["--temprature", "0.5"], "unrecognized arguments: --temprature 0.5; did you mean '--temperature'?"),
+    (["eval", "--env", SMOKE, "--lerning-rate", "1"], "ragen eval: error: unrecognized arguments: --lerning-rate"),
+    (["train", "--iterations", "x"], "argument --iterations: invalid int value: 'x'"),
     (TRAIN + ["--backend", "openai", "--model", "m"], "cannot load the trained weights"),
     (TRAIN + ["--freeze-layers", "-1"], "freeze_layers must be >= 0"),
 ])
@@ -220,7 +253,9 @@ def test_every_error_is_one_line_before_any_model_loads(argv, message, tmp_path,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    lines = err.strip().splitlines()  # one line; argparse's after a one-line usage of the command
+    assert len(lines) == 1 or len(lines) == 2 and lines[0].startswith(f"usage: ragen {argv[0]} [options]")
+    assert "Traceback" not in err
 
 
 def test_cuda_without_a_gpu_is_one_line(capsys):
@@ -266,13 +301,13 @@ def test_flat_env_kwargs_go_to_the_single_env(model_dir, tmp_path):
 def test_version_and_help(capsys):
     from ragen_envs import __version__
 
-    with pytest.raises(SystemExit):
-        main(["--version"])
+    assert main(["--version"]) == 0
     assert __version__ in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        main(["train", "--help"])
+    assert main(["train", "--help"]) == 0
     text = capsys.readouterr().out
-    assert "--overwrite" in text and "--save-total-limit" in text and "(default: 10)" in text
+    assert "--[no-]overwrite" in text and "--save-total-limit" in text and "[10]" in text
+    assert main(["train", "--help-all"]) == 0
+    assert "(default: 10)" in capsys.readouterr().out
 
 
 def test_every_option_of_every_command_has_help():

@@ -272,3 +272,28 @@ def test_ragen_serve_takes_its_settings_from_flags(monkeypatch):
     assert config.envs == [SMOKE, DEFAULT] and config.max_sessions == 5
     assert config.host == "127.0.0.1" and config.env_kwargs == {SMOKE: SMOKE_KWARGS}
     assert main(["serve", "--env", SMOKE, "--idle-timeout-s", "0"]) == 2
+
+
+def test_a_taken_port_is_one_line_before_serving(capsys):
+    import socket
+
+    from ragen_envs.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--env", SMOKE, "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert "serving" not in out
+    assert err.strip() == (f"ragen: error: cannot serve on 127.0.0.1:{port}: Address already in use (another "
+                           "program listens there: stop it or pick another --port)")
+
+
+def test_no_page_needs_outside_assets(live):
+    import httpx
+
+    # Swagger's /docs and /redoc load scripts from a CDN, blank offline: they are off; the schema stays.
+    for path in ("/docs", "/redoc"):
+        assert httpx.get(f"{live.url}{path}").status_code == 404
+    assert "/v1/sessions" in httpx.get(f"{live.url}/openapi.json").json()["paths"]

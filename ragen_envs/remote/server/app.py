@@ -29,9 +29,11 @@ every request but ``/health`` needs ``Authorization: Bearer TOKEN``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import secrets
+import socket
 import time
 from contextlib import asynccontextmanager
 from typing import Any
@@ -234,7 +236,8 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
             for sid in list(sessions.open):
                 await sessions.close(sid)
 
-    app = FastAPI(title="ragen-envs env server", lifespan=lifespan)
+    # No /docs or /redoc: their pages load from a CDN (blank offline); /openapi.json is the schema.
+    app = FastAPI(title="ragen-envs env server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.sessions = sessions
     app.add_middleware(BodyLimit, limit=config.max_request_bytes)
 
@@ -418,11 +421,32 @@ def serve(config: ServerConfig) -> None:
             gym.make(env_id, **config.env_kwargs.get(env_id, {})).close()
         except (TypeError, ValueError, gym.error.Error) as error:
             raise ValueError(f"{env_id} {config.env_kwargs.get(env_id, {})}: {error}") from None
+    sock = bind(config.host, config.port)  # a taken port is reported before "serving"
     print(f"serving {', '.join(config.envs)} on http://{config.host}:{config.port} (at most {config.max_sessions} "
           f"sessions{', token required' if config.token else ''}); Ctrl-C stops")
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.token:
         print(f"warning: serving on {config.host} without a token: anyone who reaches it can run envs")
     # Keep-alive past uvicorn's 5 s: under load a client's pooled connection can sit idle longer than
     # that between two requests, and a connection closed under it fails the next request.
-    uvicorn.run(create_app(config), host=config.host, port=config.port, ws_max_size=config.max_request_bytes,
-                timeout_keep_alive=75, backlog=4096, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(create_app(config), ws_max_size=config.max_request_bytes,
+                                           timeout_keep_alive=75, backlog=4096, log_level="warning"))
+    server.run(sockets=[sock])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or a ValueError saying in one line why there is none."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        raise ValueError(f"cannot serve on {host}:{port}: {error}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(4096)
+    except OSError as error:
+        sock.close()
+        taken = " (another program listens there: stop it or pick another --port)" \
+            if error.errno == errno.EADDRINUSE else ""
+        raise ValueError(f"cannot serve on {host}:{port}: {error.strerror}{taken}") from None
+    return sock
