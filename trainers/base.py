@@ -18,6 +18,7 @@ import torch
 from ragen_envs.agent import progress
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
+from ragen_envs.agent.outputs import check_writable
 from ragen_envs.agent.rollout import check_envs
 from ragen_envs.registry import env_for
 from trainers import checkpoint, mi, run_folder
@@ -70,6 +71,8 @@ class TrainerBase:
             all_reduce([0], self.world)  # every rank has checked before rank 0 clears or writes
             if self.rank == 0:
                 run_folder.clear(old_run)
+        if self.rank == 0:
+            check_writable(self.output_dir, "the run")
         # freeze before the critic copies the model
         self.model, self.tokenizer = prepare_model(model, tokenizer, self.device, cfg.freeze_layers)
         self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device))

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from ragen_envs.agent import ChatEnv, chat_encoding, progress
+from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.parsing import THINK_OPEN
 from trainers.config import SFTConfig
 from trainers.setup import model_name, prepare_model
@@ -135,6 +136,7 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     cached = reused(name, env_ids, config)
     if cached is not None:
         return cached
+    check_writable(out, "the warm-started model")
     model, tokenizer = prepare_model(model, tokenizer, device, config.freeze_layers)
     model.train()
     with progress.step(f"playing {config.episodes} oracle episodes per env"):
@@ -164,15 +166,19 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     for p in model.parameters():
         p.requires_grad_(True)
     model.eval()
+    record = {**made_from, "demonstrations": len(demos), "episodes": len(sequences),
+              "oracle_share": sum(d.oracle for d in demos) / max(len(demos), 1),
+              "steps": len(losses), "first_loss": losses[0] if losses else None,
+              "last_loss": losses[-1] if losses else None}
+
+    def save(folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
+
     with progress.step(f"saving the warm-started model to {out}"):
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        record = {**made_from, "demonstrations": len(demos), "episodes": len(sequences),
-                  "oracle_share": sum(d.oracle for d in demos) / max(len(demos), 1),
-                  "steps": len(losses), "first_loss": losses[0] if losses else None,
-                  "last_loss": losses[-1] if losses else None}
-        (out / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
+        save_or_keep(save, out, "the warm-started model")
     return record
 
 

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import sys
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 from ragen_envs import __version__
@@ -91,17 +92,20 @@ def cmd_list(args) -> int:
 def cmd_eval(args) -> int:
     from ragen_envs.agent import progress, save_jsonl
     from ragen_envs.agent.async_rollout import make_runner
+    from ragen_envs.agent.outputs import check_writable, save_or_keep
     from ragen_envs.agent.rollout import check_envs
 
     config = cli_args.build(RolloutConfig, args)
     mix = check_envs(parse_env_flags(args.env, config.n_groups), config)
+    if args.save:
+        check_writable(Path(args.save).parent, "trajectories")
     runner = make_runner(mix, cli_args.build(PolicyConfig, args).make(), config)
     bar = progress.bar(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
     bar(config.chat.max_turns, active=0)
     print_table(per_env_metrics(trajectories, config.chat))
     if args.save:
-        save_jsonl(trajectories, args.save)
+        save_or_keep(partial(save_jsonl, trajectories), args.save, "the trajectories")
         print(f"trajectories saved to {args.save}")
     if args.show:
         for m in trajectories[0].messages:

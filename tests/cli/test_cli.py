@@ -3,6 +3,7 @@
 import json
 import re
 from inspect import signature
+from pathlib import Path
 
 import pytest
 
@@ -405,3 +406,43 @@ def test_list_says_which_envs_lack_their_system_program(capsys, monkeypatch):
 
     needing = [e for e in ENVIRONMENTS.values() if e.system and not missing_modules(e)]
     assert needing and all(f"install {e.system}" in lines[e.id] for e in needing)
+
+
+def _unwritable(tmp_path):
+    """A path no file can be written under (its parent is a file), for a root user too."""
+    (tmp_path / "a-file").write_text("")
+    return tmp_path / "a-file" / "out"
+
+
+@pytest.mark.parametrize("command", ["eval", "train", "sft"])
+def test_an_unwritable_output_is_refused_before_the_work(command, model_dir, tmp_path, capsys, monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the model loaded before the output was checked"))
+    out = _unwritable(tmp_path)
+    where = ["--save", f"{out}/t.jsonl"] if command == "eval" else ["--output-dir", str(out)]
+    assert main([command, "--env", SMOKE, "--model", model_dir, *where]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ragen: error: cannot write") and "Not a directory" in err and len(err.splitlines()) == 1
+
+
+def test_trajectories_are_kept_when_saving_fails_at_the_end(model_dir, tmp_path, capsys, monkeypatch):
+    import ragen_envs.agent.trajectory as trajectory
+
+    out = tmp_path / "t.jsonl"
+    real = trajectory.save_jsonl
+
+    def disk_full_here(trajectories, path):
+        if Path(path) == out:
+            raise OSError(28, "No space left on device")
+        real(trajectories, path)
+
+    monkeypatch.setattr("ragen_envs.agent.save_jsonl", disk_full_here)
+    assert main(["eval", "--env", SMOKE, "--groups", "1", "--group-size", "2", "--max-turns", "1",
+                 "--max-new-tokens", "4", "--model", model_dir, "--save", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "success" in captured.out  # the table was printed
+    kept = Path(re.search(r"they are kept in (\S+)", captured.err).group(1))
+    assert "No space left on device" in captured.err and len(kept.read_text().splitlines()) == 2
+    kept.unlink()

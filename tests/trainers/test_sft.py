@@ -1,6 +1,7 @@
 """The warm start: oracle demonstrations in the RL format, with state-dependent reasoning."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,28 @@ def test_a_warm_start_with_the_same_settings_is_reused_and_another_is_not_replac
     replaced = warm_start(copy.deepcopy(tiny_model), [SMOKE],
                           SFTConfig(**{**other.__dict__, "overwrite_output_dir": True}), tokenizer=tokenizer)
     assert not replaced.get("cached") and replaced["config"]["episodes"] == 3
+
+
+def test_a_trained_model_is_kept_when_saving_fails(tiny_model, tokenizer, tmp_path, monkeypatch):
+    import copy
+    import re
+
+    from trainers import sft
+
+    out = tmp_path / "warm"
+    real = type(tiny_model).save_pretrained
+
+    def read_only_here(self, folder, *args, **kwargs):
+        if str(folder) == str(out):
+            raise OSError(30, "Read-only file system")
+        return real(self, folder, *args, **kwargs)
+
+    monkeypatch.setattr(type(tiny_model), "save_pretrained", read_only_here)
+    cfg = SFTConfig(episodes=2, imperfect=0.0, epochs=1, batch_size=2, freeze_layers=0, output_dir=str(out))
+    with pytest.raises(ValueError, match="Read-only file system.*they are kept in") as error:
+        sft.warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)
+    kept = re.search(r"kept in (\S+)", str(error.value)).group(1)
+    assert json.loads((Path(kept) / "warm_start.json").read_text())["steps"] == 1
+    import shutil
+
+    shutil.rmtree(kept)
