@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import findings
+from trainers.metrics import wilson
 
 # what a seed's record keeps of each iteration's metrics (the run folder's metrics.jsonl has them all)
 KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/response_length", "mi/retrieval_acc",
@@ -83,12 +84,9 @@ def summarise(records: list[dict], episodes: int) -> list[dict]:
     rows = []
     for it, hs in sorted(points.items()):
         s = np.array([h["val/success"] for h in hs])
-        n = episodes * len(s)
-        p, z = s.mean(), 1.96
-        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-        rows.append({"iteration": it, "seeds": len(s), "val_success": float(s.mean()), "low": float(centre - half),
-                     "high": float(centre + half), "min": float(s.min()), "max": float(s.max()),
+        low, high = wilson(float(s.mean()), episodes * len(s))
+        rows.append({"iteration": it, "seeds": len(s), "val_success": float(s.mean()), "low": low,
+                     "high": high, "min": float(s.min()), "max": float(s.max()),
                      "val_random_success": float(np.mean([h["val/random_success"] for h in hs])),
                      "val_format_valid": float(np.mean([h["val/format_valid"] for h in hs]))})
     return rows

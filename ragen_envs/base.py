@@ -102,6 +102,11 @@ class LLMEnv(gym.Env):
         """Why ``oracle_action()`` here, in a sentence or two about the current state; None: no words."""
         return None
 
+    def end_reason(self) -> str | None:
+        """Why the episode is over, in words a viewer shows ("fell into a hole at (2, 1)"); None while it
+        is not over or where the env has no words beyond success."""
+        return "solved" if self._terminated and self._is_success() else None
+
     def _extra_info(self) -> dict[str, Any]:
         """Env-specific ``info`` keys of the current state, added at reset and after every step."""
         return {}

@@ -58,7 +58,7 @@ METRICS = [
     Metric("mi/reasoning_entropy", "H(Z)", "-mean log of p(Z|X) averaged over prompts, per token; "
            "H(Z) = MI + H(Z|X)", "close to H(Z|X)", "Entropy (nats/token)"),
     Metric("mi/mi_zscore_ema", "MI_z", "mean of (log p(Z|own X) - log p(Z)) / sigma, sigma smoothed over "
-           "iterations", "falls to 0", "MI (nats/token)"),
+           "iterations", "falls to 0", "MI z-score (EMA)"),
     Metric("mi/empty_reasoning_rate", "no_think", "share of first-turn replies with no reasoning tokens "
            "(left out of the MI proxies)", "near 1: the model writes no reasoning to measure"),
     Metric("filter/rv_mean", "RV", "mean over prompt groups of the within-group reward variance",
@@ -80,7 +80,7 @@ TABLE = [m for m in METRICS if m.table]
 PANELS = [("Task", "share of episodes", True), ("Retrieval", "accuracy", True),
           ("MI (nats/token)", "nats per token", False), ("Entropy (nats/token)", "nats per token", False),
           ("Reward variance", "variance", False), ("RV spread (std/mean)", "ratio", False),
-          ("Filter", "share of groups", True)]
+          ("Filter", "share of groups", True), ("MI z-score (EMA)", "z (standard deviations)", False)]
 
 
 def markdown_table() -> str:
@@ -208,6 +208,8 @@ def draw(records: list[dict], title: str):
     rows = -(-len(PANELS) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False)
     x = [r["iteration"] for r in records]
+    episodes = [r.get("rollout/episodes") for r in records]
+    episodes = episodes if all(episodes) else []  # older runs did not record the count
     no_reasoning = all(r.get("mi/empty_reasoning_rate") == 1.0 for r in records)
     for ax, (panel, unit, share) in zip(axes.flat, PANELS):
         drawn = [m for m in METRICS if m.panel == panel]
@@ -218,9 +220,15 @@ def draw(records: list[dict], title: str):
             chance = m.key in ("mi/retrieval_chance", "rollout/random_success")
             style = {"linestyle": "--", "color": "grey"} if chance else {"marker": "o"}
             # Later lines draw on top and thinner: the first of a panel (success over format) stays visible.
-            ax.plot(x, y, label=m.label, zorder=10 - order, linewidth=2.6 - 0.7 * order, markersize=5 - order,
-                    **style)
-        ax.set_title(panel, fontsize=10)
+            line, = ax.plot(x, y, label=m.label, zorder=10 - order, linewidth=2.6 - 0.7 * order,
+                            markersize=5 - order, **style)
+            if m.key == "rollout/success" and episodes:  # the 95 % interval of each point's episodes
+                low, high = zip(*(wilson(v, n) for v, n in zip(y, episodes)))
+                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0,
+                                label="95 % interval")
+        n = sorted({v for v in episodes if v}) if panel == "Task" else []
+        ax.set_title(panel + (f" ({n[0]} episodes a point)" if len(n) == 1 else
+                              f" ({n[0]}-{n[-1]} episodes a point)" if n else ""), fontsize=10)
         ax.set_xlabel("iteration")
         ax.set_ylabel(unit)
         ax.grid(alpha=0.3)
@@ -229,6 +237,9 @@ def draw(records: list[dict], title: str):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if share:
                 ax.set_ylim(-0.05, 1.05)
+            else:  # from 0, so that one point or a flat line does not get a magnified axis (0.945 - 1.05)
+                low, high = ax.get_ylim()
+                ax.set_ylim(min(low, 0), max(high, 1e-3))
         else:
             why = "\n(no <think> reasoning to score)" if no_reasoning and panel in ("Retrieval", "MI (nats/token)") \
                 else ""
@@ -242,9 +253,19 @@ def draw(records: list[dict], title: str):
     return fig
 
 
+def wilson(share: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a share of ``n`` trials (95 % by default)."""
+    if n <= 0 or share is None or math.isnan(share):
+        return math.nan, math.nan
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
 def _run_title(run_dir: Path) -> str:
-    """The folder's name and, from its config.json, what was trained on what."""
-    title = run_dir.resolve().name
+    """The run's name (its folder, with the parent's) and, from its config.json, what was trained on what."""
+    run_dir = run_dir.resolve()
+    title = f"{run_dir.parent.name}/{run_dir.name}" if run_dir.parent.name else run_dir.name
     try:
         c = json.loads((run_dir / "config.json").read_text())
         r = c["rollout"]

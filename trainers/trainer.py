@@ -85,7 +85,7 @@ class Trainer(TrainerBase):
         with gathered(self.scorer, self.sharded):
             trajectories = self.runner.collect(
                 progress=lambda turn, active: self._phase(f"rollout turn {turn + 1}/{max_turns}", episodes=active))
-        metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(trajectories).items() if k != "episodes"})
+        metrics.update({f"rollout/{k}": v for k, v in rollout_metrics(trajectories).items()})
         chance = random_success(trajectories, cfg.rollout.chat, cfg.rollout.seed + self.iteration)
         if chance:  # the chance level on the same episodes (envs with a finite action set)
             metrics["rollout/random_success"] = float(np.mean(list(chance.values())))

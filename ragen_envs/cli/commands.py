@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections import defaultdict
 from functools import partial
@@ -71,10 +72,12 @@ def per_env_metrics(trajectories, chat) -> dict[str, dict[str, float]]:
 
 
 def print_table(table: dict[str, dict[str, float]]) -> None:
+    """One row per env; "-" where a value does not exist (random actions on an open-text env)."""
     print(f"{'env':28s}" + "".join(f"{header:>16s}" for header, _ in COLUMNS))
     for env_id, row in table.items():
-        print(f"{env_id:28s}" + "".join(f"{row[key]:16d}" if key == "episodes" else f"{row[key]:16.3f}"
-                                        for _, key in COLUMNS))
+        cells = [f"{row[key]:16d}" if key == "episodes" else f"{'-':>16s}" if math.isnan(row[key])
+                 else f"{row[key]:16.3f}" for _, key in COLUMNS]
+        print(f"{env_id:28s}" + "".join(cells))
 
 
 def cmd_list(args) -> int:

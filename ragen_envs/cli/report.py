@@ -12,8 +12,11 @@ from __future__ import annotations
 import base64
 import html
 import re
+import shutil
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +39,9 @@ th { background: #eee; } td { vertical-align: top; max-width: 28em; }
 pre { white-space: pre-wrap; font-size: 12px; background: #f4f4f4; padding: 4px; margin: 4px 0; }
 img { image-rendering: pixelated; display: block; margin: 4px 0; }
 .bad { color: #b00; } .good { color: #2a8a3a; } .note { color: #777; font-size: 12px; }
+.ended { font-size: 12px; color: #555; margin-bottom: 4px; }
+.legend { display: flex; flex-wrap: wrap; gap: 10px; font-size: 12px; margin: 4px 0 8px; }
+.tile { display: flex; align-items: center; gap: 4px; } .tile img { margin: 0; width: 20px; height: 20px; }
 """
 
 
@@ -44,34 +50,67 @@ def png_data_uri(rgb: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(png_bytes(rgb)).decode("ascii")
 
 
-def replay_frames(trajectory: Trajectory) -> list[np.ndarray] | None:
-    """The board before each turn and after the last, replayed from the episode's seeds and actions;
-    None when the env draws no images or the replay does not match the recorded first observation."""
+@dataclass
+class Replay:
+    """An episode played again from its seeds and actions."""
+    frames: list[np.ndarray] | None  # the board before each turn and after the last (None: no images)
+    ended: str  # why the episode ended, in words
+    env: Any  # the rebuilt env (its legend: SYMBOLS, ATLAS, instructions)
+
+
+def replay(trajectory: Trajectory, images: bool = True) -> Replay | None:
+    """The episode replayed (images when ``images`` and the env draws them); None when the env cannot be
+    rebuilt here or the replay does not match the recorded first observation."""
     import gymnasium as gym
+
+    from ragen_envs.registry import ENVIRONMENTS, load_class
 
     try:
         spec = gym.spec(trajectory.env_id)
-    except gym.error.Error:
-        return None
-    kwargs = {**spec.kwargs, **trajectory.env_kwargs, "render_mode": "rgb_array"}
-    try:
+        draws = images and "rgb_array" in load_class(ENVIRONMENTS[trajectory.env_id]).metadata.get("render_modes", [])
+        kwargs = {**spec.kwargs, **trajectory.env_kwargs, "render_mode": "rgb_array" if draws else None}
         env = gym.make(trajectory.env_id, **kwargs)
-        if "rgb_array" not in env.metadata.get("render_modes", []):
-            return None
         options = None if trajectory.transition_seed is None else {"transition_seed": trajectory.transition_seed}
         obs, _ = env.reset(seed=trajectory.seed, options=options)
-        text = observation_text(obs)
-        if len(trajectory.messages) < 2 or text not in trajectory.messages[1]["content"]:
+        if len(trajectory.messages) < 2 or observation_text(obs) not in trajectory.messages[1]["content"]:
             return None
-        frames = [env.render()]
-        for turn in trajectory.turns:
+        frames = [env.render()] if draws else None
+        ended = None
+        for k, turn in enumerate(trajectory.turns, start=1):
             for action in turn.actions:
-                env.step(action)
-            frames.append(env.render())
+                _, _, terminated, truncated, _ = env.step(action)
+                if ended is None and terminated:
+                    ended = f"{env.unwrapped.end_reason() or 'the env ended it'} on turn {k}"
+                elif ended is None and truncated:
+                    ended = f"the env's step limit (max_steps) on turn {k}"
+            if frames is not None:
+                frames.append(env.render())
         env.close()
-        return frames
     except Exception:  # an env that cannot be rebuilt here (missing extra, changed kwargs): text only
         return None
+    if ended is None:
+        ended = "the prompt outgrew the context" if trajectory.context_overflow else \
+            f"not over after {trajectory.num_turns} turns (the turn limit)"
+    return Replay(frames, ended, env.unwrapped)
+
+
+def tile_image(tile: np.ndarray, symbol: str) -> str:
+    return f'<img alt="{html.escape(symbol)}" src="{png_data_uri(tile)}">'
+
+
+def legend(env, images: bool = True) -> str:
+    """How to read an env's boards: each tile (as drawn, with ``images``), its symbol and (from the
+    instructions) meaning."""
+    e = html.escape
+    instructions = getattr(env, "instructions", "") or ""
+    line = next((x for x in instructions.splitlines() if x.startswith("Symbols:")), "")
+    meaning = {part.strip()[:1]: part.strip()[1:].strip() for part in line[len("Symbols:"):].rstrip(".").split(",")}
+    symbols, atlas = getattr(env, "SYMBOLS", ""), getattr(env, "ATLAS", None)
+    if not symbols or atlas is None:
+        return f"<p class=note>{e(line)}</p>" if line else ""
+    cells = [f'<span class=tile>{tile_image(atlas[code], symbol) if images else ""}<code>{e(symbol)}</code> '
+             f"{e(meaning.get(symbol, ''))}</span>" for code, symbol in enumerate(symbols)]
+    return f"<div class=legend>{''.join(cells)}</div>"
 
 
 def _user_messages(trajectory: Trajectory) -> list[str]:
@@ -88,13 +127,15 @@ def _normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text.lower()).strip()
 
 
-def _episode(t: Trajectory, index: int, images: bool) -> str:
+def _episode(t: Trajectory, index: int, played: Replay | None) -> str:
     e = html.escape
-    frames = replay_frames(t) if images else None
+    frames = played.frames if played else None
     users = _user_messages(t)
     status = "success" if t.success else ""
+    outcome = "<span class=good>solved</span>" if t.success else "<span class=bad>not solved</span>"
+    ended = f"<div class=ended>ended: {e(played.ended)}</div>" if played else ""
     out = [f'<div class="episode {status}"><h3>sample {index} &middot; return {t.episode_return:.2f} &middot; '
-           f'{"<span class=good>solved</span>" if t.success else "<span class=bad>not solved</span>"}</h3>']
+           f'{outcome}</h3>{ended}']
     for k, turn in enumerate(t.turns):
         out.append(f'<div class="turn"><b>turn {k + 1}</b>')
         if frames is not None:
@@ -112,14 +153,12 @@ def _episode(t: Trajectory, index: int, images: bool) -> str:
         out.append(f"<div>actions: {actions}{fmt} &middot; reward {turn.reward:.2f}</div></div>")
     if frames is not None and len(frames) > len(t.turns):
         out.append(f'<div class="turn"><b>end</b><img alt="final board" src="{png_data_uri(frames[-1])}"></div>')
-    if t.context_overflow:
-        out.append('<div class="note">ended: the prompt outgrew the context</div>')
     out.append("</div>")
     return "".join(out)
 
 
-def render(trajectories: list[Trajectory], title: str, images: bool = True) -> str:
-    """The report's HTML."""
+def render(trajectories: list[Trajectory], title: str, images: bool = True, header: str = "") -> str:
+    """The report's HTML; ``header``: HTML under the title (a run's links and iterations)."""
     e = html.escape
     groups: dict[tuple[str, int], list[Trajectory]] = defaultdict(list)
     for t in trajectories:
@@ -136,7 +175,7 @@ def render(trajectories: list[Trajectory], title: str, images: bool = True) -> s
     repeated = {text for text, where in seen_in.items() if len(where) > 1}
     counts = Counter(_normalise(_first_reasoning(t)) for t in trajectories if _first_reasoning(t))
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title>",
-             f"<style>{STYLE}</style></head><body><h1>{e(title)}</h1>",
+             f"<style>{STYLE}</style></head><body><h1>{e(title)}</h1>{header}",
              f"<p id=summary>{n} episodes in {len(groups)} groups &middot; success {success:.2f} &middot; "
              f"format valid {fmt:.2f} &middot; {len(counts)} distinct first-turn reasonings, "
              f"{len(repeated)} of them in more than one group (shaded)</p>",
@@ -150,24 +189,35 @@ def render(trajectories: list[Trajectory], title: str, images: bool = True) -> s
             cells.append(f"<div{cls}>{e(text) if text else '<i>(none)</i>'}</div>")
         parts.append(f"<tr><td>{group}</td><td>{e(env_id)}, {trajs[0].seed}</td><td>{''.join(cells)}</td></tr>")
     parts.append("</table>")
+    legends = set()
     for (env_id, group), trajs in groups.items():
+        played = [replay(t, images) for t in trajs]
         parts.append(f'<h2 id="group-{e(env_id)}-{group}">group {group} &middot; {e(env_id)} &middot; '
-                     f"seed {trajs[0].seed}</h2><div class=group>")
-        parts += [_episode(t, k, images) for k, t in enumerate(trajs)]
+                     f"seed {trajs[0].seed}</h2>")
+        env = next((p.env for p in played if p), None)
+        if env_id not in legends and env is not None:  # once per env, above its first group
+            legends.add(env_id)
+            parts.append(legend(env, images))
+        parts.append("<div class=group>")
+        parts += [_episode(t, k, p) for k, (t, p) in enumerate(zip(trajs, played))]
         parts.append("</div>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def saved_iterations(run: Path) -> list[Path]:
+    """A run folder's rollouts/iteration-N.jsonl files, by iteration."""
+    folder = run / "rollouts"
+    return sorted(folder.glob("iteration-*.jsonl"), key=iteration_of) if folder.is_dir() else []
 
 
 def rollout_file(source: Path, iteration: int | None = None) -> Path:
     """The JSONL file of ``source``: itself, or a run folder's latest (or given) rollouts."""
     if source.is_file():
         return source
-    folder = source / "rollouts"
     if not source.is_dir():
         raise FileNotFoundError(f"no trajectory file or run folder at {source}")
-    saved = sorted(folder.glob("iteration-*.jsonl"), key=lambda p: int(p.stem.split("-")[1])) \
-        if folder.is_dir() else []
+    folder, saved = source / "rollouts", saved_iterations(source)
     if not saved:
         raise FileNotFoundError(f"{source} has no rollouts/iteration-*.jsonl (the trainer writes them every "
                                 "save_rollouts_steps iterations)")
@@ -180,19 +230,61 @@ def rollout_file(source: Path, iteration: int | None = None) -> Path:
     return path
 
 
+def run_header(run: Path, path: Path, saved: list[Path]) -> str:
+    """A run folder's links (plot, config) and settings, and the saved iterations to pick from."""
+    import json
+
+    e = html.escape
+    links = [f'<a href="{name}">{label}</a>' for name, label in (("metrics.png", "plot"), ("config.json", "config"))
+             if (run / name).is_file()]
+    try:
+        c = json.loads((run / "config.json").read_text())
+        settings = [f"{c['algorithm']} on {', '.join(c['env'])}", f"model {c['model'] or 'default'}",
+                    f"P x G = {c['rollout']['n_groups']} x {c['rollout']['group_size']}",
+                    "no filter" if c["filter"] == "none" else f"filter {c['filter']} {c['filter_value']}",
+                    f"lr {c['learning_rate']:g}"]
+    except (OSError, ValueError, KeyError, TypeError):
+        settings = []
+    pages = [f"<b>{it}</b>" if p == path else f'<a href="{page_name(it)}">{it}</a>'
+             for p in saved for it in [iteration_of(p)]]
+    return (f"<p id=run>{e(' · '.join(settings))}{' · ' if settings and links else ''}{' · '.join(links)}</p>"
+            f"<p id=iterations>iteration: {' '.join(pages)}</p>")
+
+
+def iteration_of(path: Path) -> int:
+    return int(path.stem.split("-")[1])
+
+
+def page_name(iteration: int) -> str:
+    return f"report-iteration-{iteration}.html"
+
+
 def write_report(source: str | Path, out: str | Path | None = None, iteration: int | None = None,
                  images: bool = True) -> Path:
-    """The HTML report of a trajectory file or run folder; default: beside it (``report.html`` in a
-    run folder, ``NAME.html`` for ``NAME.jsonl``)."""
+    """The HTML report of a trajectory file or run folder; default: beside it (``NAME.html`` for
+    ``NAME.jsonl``). A run folder gets a page per saved iteration (``report-iteration-N.html``), each
+    linking to the others, and ``report.html``: the latest (or ``iteration``'s) page."""
     source = Path(source)
     path = rollout_file(source, iteration)
+    if not source.is_dir():
+        out = Path(out) if out else path.with_suffix(".html")
+        out.write_text(render(load(path), path.name, images), encoding="utf-8")
+        return out
+    saved = saved_iterations(source)
+    for each in saved:
+        page = render(load(each), f"{source.resolve().name}: iteration {iteration_of(each)}", images,
+                      run_header(source, each, saved))
+        (source / page_name(iteration_of(each))).write_text(page, encoding="utf-8")
+    out = Path(out) if out else source / "report.html"
+    shutil.copyfile(source / page_name(iteration_of(path)), out)
+    return out
+
+
+def load(path: Path) -> list[Trajectory]:
     try:
         trajectories = load_jsonl(path)
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{path} does not hold saved trajectories ({error})") from None
     if not trajectories:
         raise ValueError(f"{path} holds no trajectories")
-    title = f"{source.resolve().name}: {path.name}" if source.is_dir() else path.name
-    out = Path(out) if out else source / "report.html" if source.is_dir() else path.with_suffix(".html")
-    out.write_text(render(trajectories, title, images), encoding="utf-8")
-    return out
+    return trajectories

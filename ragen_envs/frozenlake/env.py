@@ -154,6 +154,11 @@ class FrozenLakeEnv(GridEnv):
     def _is_success(self) -> bool:
         return self._holes is not None and self._player == self._goal
 
+    def end_reason(self) -> str | None:
+        if not self._terminated:
+            return None
+        return f"{'reached the goal' if self._is_success() else 'fell into a hole'} at {self._player}"
+
     def _map_from_text(self, text: str):
         codes = self.parse_grid(text)
         players, goals = np.argwhere(codes == PLAYER), np.argwhere(codes == GOAL)

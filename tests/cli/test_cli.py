@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from ragen_envs.cli import main, parse
+from ragen_envs.cli.commands import COLUMNS
 from ragen_envs.registry import ENVIRONMENTS, env_for, load_class
-from conftest import DEFAULT, SMOKE, SMOKE_KWARGS, USABLE_IDS
+from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS
 
 
 @pytest.fixture
@@ -28,6 +29,14 @@ def test_eval_prints_the_table_and_saves(model_dir, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "success" in text and "format_valid" in text
     assert len(out.read_text().splitlines()) == 4  # 1 group x 2 samples for each env
+
+
+def test_eval_prints_a_dash_where_random_actions_do_not_exist(model_dir, capsys):
+    assert main(["eval", "--env", OPEN_TEXT, "--env", SMOKE, "--groups", "1", "--group-size", "2", "--max-turns", "1",
+                 "--max-new-tokens", "4", "--model", model_dir]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("Ragen/")}
+    random = [header for header, _ in COLUMNS].index("random") + 1
+    assert rows[OPEN_TEXT][random] == "-" and rows[SMOKE][random] != "-" and "nan" not in " ".join(rows[OPEN_TEXT])
 
 
 def test_eval_with_ragens_validation_preset_runs_on_every_catalogue_env(model_dir, tmp_path, capsys):

@@ -73,8 +73,28 @@ def test_plot_run_titles_the_figure_with_the_run_settings(tmp_path):
     from trainers import metrics
 
     assert metrics._run_title(tmp_path / "run-a") == (
-        "run-a\ndapo on FrozenLake-v0 x8 groups, G=16, top_p 0.9, lr 1e-06, model default")
+        f"{tmp_path.name}/run-a\ndapo on FrozenLake-v0 x8 groups, G=16, top_p 0.9, lr 1e-06, model default")
     assert plot_run(tmp_path / "run-a").stat().st_size > 10_000
     with pytest.raises(FileNotFoundError):
         plot_run(tmp_path / "empty")
     assert not any(math.isnan(v) for v in records()[0].values())
+
+
+def test_each_point_shows_its_episodes_and_each_axis_its_own_unit():
+    from trainers.metrics import wilson
+
+    rs = records(mi=True)
+    for r in rs:
+        r.update({"rollout/episodes": 64, "mi/mi_zscore_ema": 2.5})
+    rs[0]["mi_code/mi_est"] = 1.0  # one point only: its axis must not zoom onto it
+    axes = {ax.get_title(): ax for ax in draw(rs, "t").axes if ax.get_title()}
+    task = axes["Task (64 episodes a point)"]
+    band = task.collections[0].get_paths()[0].vertices[:, 1]
+    low, high = wilson(0.5, 64)
+    assert band.min() == pytest.approx(low) and band.max() == pytest.approx(high)
+    assert "95 % interval" in [t.get_text() for t in task.get_legend().get_texts()]
+    mi = axes["MI (nats/token)"]
+    assert "MI_z" not in [line.get_label() for line in mi.get_lines()]  # a z-score is no nats
+    assert mi.get_ylim()[0] <= 0 and mi.get_ylim()[1] >= 1.0
+    z = axes["MI z-score (EMA)"]
+    assert z.get_ylabel() == "z (standard deviations)" and [line.get_label() for line in z.get_lines()] == ["MI_z"]

@@ -1,0 +1,83 @@
+"""Every Python block of the READMEs runs as written, in a fresh process and a scratch folder, or starts
+with a visible ``# not run here: WHY`` line; such a block must still compile, and every ragen-envs
+module and name it uses must exist."""
+
+import ast
+import importlib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+READMES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+MARK = "# not run here:"
+OURS = ("ragen_envs", "trainers")
+
+
+def blocks():
+    for readme in READMES:
+        text = readme.read_text()
+        for match in BLOCK.finditer(text):
+            line = text[:match.start()].count("\n") + 2
+            yield pytest.param(match.group(1), id=f"{readme.relative_to(ROOT)}:{line}")
+
+
+BLOCKS = list(blocks())
+
+
+def test_the_readmes_have_python_blocks():
+    assert len(BLOCKS) >= 5  # the pattern finds them (a block never seen is never tested)
+
+
+@pytest.mark.parametrize("code", BLOCKS)
+def test_a_readme_block_runs_as_written(code, tmp_path):
+    if code.startswith(MARK):
+        assert code.splitlines()[0][len(MARK):].strip(), "the marker says why the block cannot run here"
+        check_names(code)
+        return
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def check_names(code: str) -> None:
+    """The block compiles; each of our modules it imports exists, and each name it takes from one of them
+    (``from m import x`` or ``m.x``) is defined there."""
+    tree = ast.parse(code)
+    modules = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update({a.name: [] for a in node.names if a.name.startswith(OURS)})
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(OURS):
+            modules.setdefault(node.module, []).extend(a.name for a in node.names)
+    for node in ast.walk(tree):  # ragen_envs.integrations.skyrl.dataset_rows(...)
+        if isinstance(node, ast.Attribute):
+            dotted = ast.unparse(node)
+            for module in modules:
+                if dotted.startswith(module + ".") and "." not in dotted[len(module) + 1:]:
+                    modules[module].append(dotted[len(module) + 1:])
+    for module, names in modules.items():
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, f"no module {module}"
+        source = Path(spec.origin).read_text()
+        for name in names:  # defined there (its framework may be missing here, so the module is not imported)
+            submodule = spec.submodule_search_locations and importlib.util.find_spec(f"{module}.{name}")
+            assert submodule or re.search(rf"^(def|class) {name}\b|^{name} =|import .*\b{name}\b", source, re.M), \
+                f"{module} has no {name}"
+
+
+def test_the_check_of_a_block_not_run_can_fail():
+    check_names("import ragen_envs.integrations.skyrl\nragen_envs.integrations.skyrl.dataset_rows('x', 1)")
+    with pytest.raises(AssertionError, match="has no datset_rows"):
+        check_names("import ragen_envs.integrations.skyrl\nragen_envs.integrations.skyrl.datset_rows('x', 1)")
+    with pytest.raises(AssertionError, match="no module ragen_envs.integrations.nope"):
+        check_names("from ragen_envs.integrations.nope import x")
+    with pytest.raises(SyntaxError):
+        check_names("import ragen_envs.(")
