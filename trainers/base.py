@@ -18,7 +18,7 @@ import torch
 from ragen_envs.agent import progress
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
-from ragen_envs.agent.outputs import check_writable
+from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import check_envs
 from ragen_envs.registry import env_for
 from trainers import checkpoint, mi, run_folder
@@ -217,11 +217,16 @@ class TrainerBase:
         meta = {"iteration": self.iteration, **self.runner.state_dict(),
                 "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()},
                 "model": self.model_name, "config": asdict(self.config)}
+        written = []
+
+        def write(folder: Path) -> None:
+            written.append(checkpoint.save(folder, self.iteration, self.model, self.tokenizer, tensors, meta,
+                                           keep=self.config.save_total_limit, state_dict=weights))
+
         with progress.step(f"writing checkpoint-{self.iteration}") as note:
-            path = checkpoint.save(self.output_dir, self.iteration, self.model, self.tokenizer, tensors, meta,
-                                   keep=self.config.save_total_limit, state_dict=weights)
-            note.append(f"{checkpoint.size_bytes(path) / 1e6:.0f} MB")
-        return path
+            save_or_keep(write, self.output_dir, f"checkpoint-{self.iteration}")  # a full disk loses no weights
+            note.append(f"{checkpoint.size_bytes(written[-1]) / 1e6:.0f} MB")
+        return written[-1]
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         """Continue from a checkpoint ``checkpoint.validate`` has accepted."""

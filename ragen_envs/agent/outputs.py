@@ -35,6 +35,6 @@ def save_or_keep(save: Callable[[Path], None], path: str | Path, what: str) -> P
             save(kept)
         except OSError as second:
             raise ValueError(f"cannot write {what} to {path} ({error.strerror or error}), nor to {kept} "
-                             f"({second.strerror or second}): they are lost") from None
-        raise ValueError(f"cannot write {what} to {path} ({error.strerror or error}); they are kept in "
-                         f"{kept}") from None
+                             f"({second.strerror or second}): lost") from None
+        raise ValueError(f"cannot write {what} to {path} ({error.strerror or error}); kept in {kept} "
+                         "instead") from None

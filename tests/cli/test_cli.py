@@ -452,6 +452,6 @@ def test_trajectories_are_kept_when_saving_fails_at_the_end(model_dir, tmp_path,
                  "--max-new-tokens", "4", "--model", model_dir, "--save", str(out)]) == 2
     captured = capsys.readouterr()
     assert "success" in captured.out  # the table was printed
-    kept = Path(re.search(r"they are kept in (\S+)", captured.err).group(1))
+    kept = Path(re.search(r"kept in (\S+) instead", captured.err).group(1))
     assert "No space left on device" in captured.err and len(kept.read_text().splitlines()) == 2
     kept.unlink()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,3 +246,25 @@ def test_the_trainer_refuses_a_changed_setting_on_resume(tokenizer, tmp_path):
     with pytest.raises(ValueError, match=r"--seed 0 -> 7; --entropy-coef 0.001 -> 0.05\)"):
         trainer(tokenizer, changed)
     assert len(trainer(tokenizer, replace(changed, allow_config_changes=True)).train()) == 1
+
+
+def test_a_checkpoint_that_cannot_be_written_is_kept_elsewhere(tokenizer, tmp_path, monkeypatch):
+    import re
+    import shutil
+
+    from trainers import checkpoint
+
+    real = checkpoint.save
+
+    def disk_full_in_the_run(folder, *args, **kwargs):
+        if folder == tmp_path / "run":
+            raise OSError(28, "No space left on device")
+        return real(folder, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save", disk_full_in_the_run)
+    t = trainer(tokenizer, config(tmp_path, num_iterations=1))
+    with pytest.raises(ValueError, match=r"cannot write checkpoint-1 to .*No space left on device\); kept in") as e:
+        t.train()
+    kept = Path(re.search(r"kept in (\S+) instead", str(e.value)).group(1))
+    assert (kept / "checkpoint-1" / "model.safetensors").is_file() and iterations(tmp_path / "run") == [1]
+    shutil.rmtree(kept)

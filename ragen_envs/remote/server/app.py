@@ -42,7 +42,9 @@ import gymnasium as gym
 
 from ragen_envs.remote import wire
 from ragen_envs.remote.client import CALLS, surface
+from ragen_envs.remote.server import mcp
 from ragen_envs.remote.server.config import ServerConfig
+from ragen_envs.remote.server.describe import env_metadata, env_schema, server_metadata, server_schema
 
 try:
     import anyio
@@ -264,6 +266,39 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
             return error_response(400, "malformed_json", "the request body is not valid JSON")
         where = "; ".join(f"{'.'.join(map(str, p.get('loc', ())[1:])) or 'body'}: {p.get('msg')}" for p in problems)
         return error_response(422, "invalid_request", where)
+
+    def metadata() -> dict[str, dict]:
+        """Each served env's description (built once per env, then cached)."""
+        return {env_id: env_metadata(env_id, json.dumps(config.env_kwargs.get(env_id, {}), sort_keys=True))
+                for env_id in config.envs}
+
+    app.state.metadata, app.state.ServeError = metadata, ServeError
+
+    @app.get("/metadata")
+    async def server_meta():
+        return server_metadata(await sessions.run(metadata))
+
+    @app.get("/schema")
+    async def server_schemas():
+        return server_schema(await sessions.run(metadata))
+
+    @app.get("/envs/{env_id:path}/metadata")
+    async def one_meta(env_id: str):
+        return (await sessions.run(metadata))[served(env_id)]
+
+    @app.get("/envs/{env_id:path}/schema")
+    async def one_schema(env_id: str):
+        return env_schema((await sessions.run(metadata))[served(env_id)])
+
+    def served(env_id: str) -> str:
+        if env_id not in config.envs:
+            raise ServeError(404, "unknown_env", f"this server serves {', '.join(config.envs)}, not {env_id!r}")
+        return env_id
+
+    @app.post("/mcp")
+    async def mcp_endpoint(request: Request):
+        reply = await mcp.handle(await request.body(), app.state)
+        return Response(status_code=202) if reply is None else JSONResponse(reply)
 
     @app.get("/health")
     async def health():

@@ -1,0 +1,142 @@
+"""``POST /mcp``: the served envs as MCP tools (JSON-RPC 2.0), so a tool-calling agent can play them.
+
+Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call``; notifications get no reply. Tools:
+``list_envs``; ``reset`` (opens a session unless given one, returns its id and the first observation);
+``step``; ``state``; ``close``. Sessions are the server's own (the limits, idle timeout and worker pools
+of the REST and WebSocket sessions). A tool that fails returns ``isError`` with the reason, as MCP asks;
+a malformed request gets a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from ragen_envs import __version__
+from ragen_envs.base import observation_text
+from ragen_envs.remote import wire
+
+PROTOCOL = "2025-06-18"
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+
+SESSION = {"type": "string", "description": "the id reset returned"}
+TOOLS = [
+    {"name": "list_envs", "description": "The envs this server serves: instructions and action grammar of each.",
+     "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "reset", "description": "Start an episode: a new session (or session_id's again) from the env's "
+                                     "initial state for seed. Returns session_id, the observation, instructions.",
+     "inputSchema": {"type": "object", "properties": {
+         "env_id": {"type": "string", "description": "a served env (default: the first)"},
+         "seed": {"type": "integer", "minimum": 0, "description": "the initial state's seed"},
+         "session_id": SESSION}}},
+    {"name": "step", "description": "Play one action. Returns the observation, reward, terminated, truncated, info.",
+     "inputSchema": {"type": "object", "properties": {"session_id": SESSION, "action": {"type": "string"}},
+                     "required": ["session_id", "action"]}},
+    {"name": "state", "description": "The session's env, episode id and step count.",
+     "inputSchema": {"type": "object", "properties": {"session_id": SESSION}, "required": ["session_id"]}},
+    {"name": "close", "description": "Close the session and its env.",
+     "inputSchema": {"type": "object", "properties": {"session_id": SESSION}, "required": ["session_id"]}},
+]
+
+
+class ToolError(Exception):
+    """A tool call that failed: its result says why (``isError``)."""
+
+
+def error(code: int, message: str, request_id=None) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+async def handle(raw: bytes, app) -> dict | None:
+    """The JSON-RPC reply to one request body (None for a notification). ``app`` gives ``sessions``,
+    ``metadata`` (env id -> its description) and ``ServeError``."""
+    try:
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        return error(PARSE_ERROR, "Parse error: the body is not JSON")
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        request_id = message.get("id") if isinstance(message, dict) else None
+        return error(INVALID_REQUEST, 'Invalid Request: {"jsonrpc": "2.0", "method": ..., "id": ...} expected',
+                     request_id if isinstance(request_id, (str, int)) else None)
+    method, params, request_id = message["method"], message.get("params") or {}, message.get("id")
+    if "id" not in message:  # a notification (notifications/initialized, ...): no reply
+        return None
+    if not isinstance(params, dict):
+        return error(INVALID_PARAMS, "params must be an object", request_id)
+    if method == "initialize":
+        result = {"protocolVersion": params.get("protocolVersion") or PROTOCOL,
+                  "capabilities": {"tools": {"listChanged": False}},
+                  "serverInfo": {"name": "ragen-envs", "version": __version__},
+                  "instructions": "Call reset to start an episode, then step with its session_id until terminated "
+                                  "or truncated; list_envs shows each env's instructions and actions."}
+    elif method == "ping":
+        result = {}
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "tools/call":
+        name, arguments = params.get("name"), params.get("arguments") or {}
+        if name not in {t["name"] for t in TOOLS}:
+            return error(INVALID_PARAMS, f"unknown tool {name!r}; tools: {', '.join(t['name'] for t in TOOLS)}",
+                         request_id)
+        if not isinstance(arguments, dict):
+            return error(INVALID_PARAMS, "arguments must be an object", request_id)
+        try:
+            data = await call(name, arguments, app)
+            text = data.pop("text", None)
+            result = {"content": [{"type": "text", "text": text if text is not None else json.dumps(data)}],
+                      "structuredContent": data, "isError": False}
+        except ToolError as failure:
+            result = {"content": [{"type": "text", "text": str(failure)}], "isError": True}
+    else:
+        return error(METHOD_NOT_FOUND, f"Method not found: {method}", request_id)
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def _string(arguments: dict, key: str, required: bool = True) -> str | None:
+    value = arguments.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise ToolError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+async def call(name: str, arguments: dict, app) -> dict:
+    """Run tool ``name``; its structured result ("text": what the model reads, when not the JSON)."""
+    sessions, metadata, serve_error = app.sessions, app.metadata, app.ServeError
+    try:
+        if name == "list_envs":
+            envs = {env_id: {k: meta[k] for k in ("description", "instructions", "action_grammar", "max_steps")}
+                    for env_id, meta in metadata().items()}
+            return {"envs": envs}
+        sid = _string(arguments, "session_id", required=name != "reset")
+        if name == "reset":
+            seed = arguments.get("seed")
+            if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+                raise ToolError(f"seed must be a non-negative integer, got {seed!r}")
+            if sid is None:
+                sid, session = await sessions.create(_string(arguments, "env_id", required=False))
+            else:
+                session = sessions.get(sid)
+            obs, info = await sessions.call(session, session.env.reset, seed=seed)
+            session.steps, session.episode_id = 0, secrets.token_hex(8)
+            instructions = session.env.get_wrapper_attr("instructions")
+            return {"session_id": sid, "env_id": session.env_id, "observation": wire.encode(obs),
+                    "info": wire.encode(info), "instructions": instructions,
+                    "text": f"session_id: {sid}\n\n{instructions}\n\n{observation_text(obs)}"}
+        session = sessions.get(sid)
+        if name == "step":
+            action = _string(arguments, "action")
+            obs, reward, terminated, truncated, info = await sessions.call(session, session.env.step, action)
+            session.steps += 1
+            ended = " (the episode is over)" if terminated or truncated else ""
+            return {"observation": wire.encode(obs), "reward": float(reward), "terminated": bool(terminated),
+                    "truncated": bool(truncated), "info": wire.encode(info),
+                    "text": f"reward {float(reward):g}{ended}\n\n{observation_text(obs)}"}
+        if name == "state":
+            return {"episode_id": session.episode_id, "step_count": session.steps, "env_id": session.env_id}
+        await sessions.close(sid)
+        return {"closed": sid}
+    except serve_error as failure:
+        raise ToolError(failure.message) from None
