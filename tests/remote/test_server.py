@@ -18,7 +18,7 @@ from ragen_envs.agent import ChatEnv, RolloutConfig, RolloutRunner
 from ragen_envs.registry import REMOTE_ID
 from ragen_envs.remote import RemoteEnv, RemoteEnvError
 from ragen_envs.remote.server import ServerConfig
-from ragen_envs.remote.server.app import create_app
+from ragen_envs.remote.server.app import create_app, server_config
 from conftest import DEFAULT, SMOKE, SMOKE_KWARGS, USABLE_IDS, ScriptedPolicy
 
 SERVED = USABLE_IDS  # every catalogue env this machine can make
@@ -28,8 +28,7 @@ class LiveServer:
     """uvicorn on 127.0.0.1 at a free port, in a thread, for clients that open their own sockets."""
 
     def __init__(self, config: ServerConfig):
-        self.server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=0,
-                                                    log_level="warning", ws_max_size=config.max_request_bytes))
+        self.server = uvicorn.Server(server_config(config, host="127.0.0.1", port=0))  # ragen serve's settings
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):

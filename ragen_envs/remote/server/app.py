@@ -11,6 +11,8 @@ speaks (JSON bodies, values in ``ragen_envs.wire``'s form)::
     GET    /v1/sessions/{sid}                -> env_id, episode_id, step_count (this episode), idle_s
     DELETE /v1/sessions/{sid}
     GET    /health                           (no token needed)
+    GET    /metadata, /schema                (OpenEnv's: every served env; /envs/{env_id}/... one env)
+    POST   /mcp                              (MCP's JSON-RPC: tools list_envs, reset, step, state, close)
 
 OpenEnv's WebSocket protocol (``openenv-core``'s ``EnvClient``) is served at ``/ws`` for the first
 env and at ``/envs/{env_id}/ws`` for each env, one session per connection: messages
@@ -20,7 +22,8 @@ and replies ``{"type": "observation", "data": {"observation": {...}, "reward": r
 Limits, so that no request can take the server down: at most ``max_sessions`` sessions (one more is
 refused with 503 and code ``capacity``), sessions idle for ``idle_timeout_s`` are closed, request
 bodies and WebSocket messages over ``max_request_bytes`` get 413, env calls run on a bounded thread
-pool and calls on one session run one at a time. Errors are JSON ``{"error": {"code", "message"}}``
+pool per served env (a slow env queues behind itself, not in front of the others) and calls on one
+session run one at a time. Errors are JSON ``{"error": {"code", "message"}}``
 with a 4xx status for the client's mistakes (401 token, 404 unknown session/env/method, 409 step
 before reset, 400 malformed JSON or a value the env refuses, 422 a wrong field). With ``token`` set,
 every request but ``/health`` needs ``Authorization: Bearer TOKEN``.
@@ -32,6 +35,7 @@ import asyncio
 import errno
 import hmac
 import json
+import logging
 import secrets
 import socket
 import time
@@ -48,13 +52,19 @@ from ragen_envs.remote.server.describe import env_metadata, env_schema, server_m
 
 try:
     import anyio
+    import h11
     import uvicorn
+    from uvicorn.protocols.http.h11_impl import H11Protocol
     from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
     from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"the env server needs the 'server' extra: pip install 'ragen-envs[server]' ({error})") from None
+
+
+log = logging.getLogger("ragen_envs.serve")
 
 
 class ServeError(Exception):
@@ -63,6 +73,10 @@ class ServeError(Exception):
     def __init__(self, status: int, code: str, message: str):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+
+
+HEADLESS = (None, "rgb_array", "ansi")  # render modes a session may ask for ("human" would open a window)
+MAX_ID_CHARS = 256  # a client's own ids (OpenEnv's episode_id) are kept per session: bounded
 
 
 class Session:
@@ -81,14 +95,19 @@ class Sessions:
         self.config = config
         self.open: dict[str, Session] = {}
         self.reserved = 0  # sessions being created (their env is being built)
-        self.limiter = anyio.CapacityLimiter(config.workers)
+        # Each env its own pool of worker threads: slow steps of one env (a sandboxed program that
+        # sleeps) queue behind each other, never in front of another env's.
+        self.pools = {env_id: anyio.CapacityLimiter(config.workers) for env_id in config.envs}
+        self.server_pool = anyio.CapacityLimiter(2)  # the server's own work (describing the envs)
         self.created = self.closed_idle = 0
 
-    async def run(self, fn, *args, **kwargs):
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+    async def run(self, fn, *args, env_id: str | None = None, **kwargs):
+        """``fn(*args, **kwargs)`` on a worker thread of ``env_id``'s pool (None: the server's)."""
+        pool = self.server_pool if env_id is None else self.pools[env_id]
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=pool)
 
     async def create(self, env_id: str | None, render_mode: str | None = None) -> tuple[str, Session]:
-        env_id = env_id or self.config.envs[0]
+        env_id = self.config.envs[0] if env_id is None else env_id  # "" is no env: refused below
         if env_id not in self.config.envs:
             raise ServeError(404, "unknown_env", f"this server serves {', '.join(self.config.envs)}, not {env_id!r}")
         if len(self.open) + self.reserved >= self.config.max_sessions:
@@ -96,6 +115,9 @@ class Sessions:
         if len(self.open) + self.reserved >= self.config.max_sessions:
             raise ServeError(503, "capacity", f"the server holds its maximum of {self.config.max_sessions} "
                                               f"sessions; close one (DELETE /v1/sessions/ID) or retry later")
+        if render_mode not in HEADLESS:
+            raise ServeError(400, "bad_render_mode", f"render_mode must be one of {', '.join(map(str, HEADLESS))}: "
+                                                     f"a server opens no windows, got {render_mode!r}")
         self.reserved += 1
         try:
             # Without Gymnasium's passive checker: a first reset that raises (a bad option) leaves the
@@ -104,7 +126,7 @@ class Sessions:
             if render_mode is not None:
                 kwargs["render_mode"] = render_mode
             try:
-                env = await self.run(gym.make, env_id, **kwargs)
+                env = await self.run(gym.make, env_id, env_id=env_id, **kwargs)
             except (TypeError, ValueError, gym.error.Error) as error:
                 raise ServeError(400, "bad_env_arguments", f"{env_id}: {error}") from None
         finally:
@@ -126,7 +148,7 @@ class Sessions:
         async with session.lock:
             session.last_used = time.monotonic()
             try:
-                return await self.run(fn, *args, **kwargs)
+                return await self.run(fn, *args, env_id=session.env_id, **kwargs)
             except (RuntimeError, gym.error.ResetNeeded) as error:  # step() before reset()
                 raise ServeError(409, "bad_state", str(error)) from None
             except (ValueError, TypeError) as error:  # e.g. a bad reset option
@@ -140,7 +162,7 @@ class Sessions:
         session = self.open.pop(sid, None)
         if session is not None:
             async with session.lock:  # a call in flight finishes first
-                await self.run(session.env.close)
+                await self.run(session.env.close, env_id=session.env_id)
 
     async def close_idle(self) -> int:
         limit = time.monotonic() - self.config.idle_timeout_s
@@ -183,10 +205,8 @@ def surface_json(sid: str, session: Session) -> dict:
 
 
 class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes gets 413 before the app reads it all."""
-
-    class TooLarge(Exception):
-        pass
+    """ASGI middleware: a request body is read whole before the app sees it, and one over ``limit``
+    bytes (declared or, when chunked, counted) gets 413 without being kept."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -197,25 +217,32 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             return await self._refuse(send)
-        seen = 0
-
-        async def counted():
-            nonlocal seen
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise self.TooLarge
-            return message
+            if message["type"] == "http.disconnect":  # the client left mid-body: an answer no one reads
+                return await self._refuse(send, 400, "incomplete_body", "the connection closed before the body ended")
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                return await self._refuse(send)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body, sent = b"".join(chunks), False
 
-        try:
-            await self.app(scope, counted, send)
-        except self.TooLarge:
-            await self._refuse(send)
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()  # after the body: the disconnect, when it comes
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
 
-    async def _refuse(self, send):
-        body = json.dumps({"error": {"code": "too_large", "message": f"request body over {self.limit} bytes"}})
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json")]})
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send, status: int = 413, code: str = "too_large", message: str | None = None):
+        body = json.dumps({"error": {"code": code, "message": message or f"request body over {self.limit} bytes"}})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body.encode()})
 
 
@@ -258,6 +285,13 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     @app.exception_handler(ServeError)
     async def serve_error(request, error: ServeError):
         return error_response(error.status, error.code, error.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, error: StarletteHTTPException):  # FastAPI's own 4xx (a body it cannot parse)
+        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "error")
+        message = "the request body is not valid JSON (or nested too deeply)" if code == "malformed_json" \
+            else str(error.detail)
+        return error_response(error.status_code, code, message)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, error: RequestValidationError):
@@ -370,18 +404,25 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
                 await websocket.send_text(ws_error(code, error.message))
                 return
             while True:
-                raw = await websocket.receive_text()
+                frame = await websocket.receive()
+                if frame["type"] == "websocket.disconnect":
+                    break
+                raw = frame.get("text")
+                if raw is None:  # a binary frame: an error reply, the session goes on
+                    await websocket.send_text(ws_error("VALIDATION_ERROR", "binary frames are not read: send "
+                                                                           "JSON text messages"))
+                    continue
                 if raw_type(raw) == "close":  # OpenEnv's client sends it and hangs up: no reply
                     break
                 await websocket.send_text(await openenv_reply(sessions, sid, session, raw, config.max_request_bytes))
-        except WebSocketDisconnect:
-            pass
+        except (WebSocketDisconnect, RuntimeError, OSError) as gone:  # the client left mid-reply: one line
+            log.info("websocket session %s ended by the client (%s)", sid, type(gone).__name__)
         finally:
             if sid is not None:
                 await sessions.close(sid)
             try:
                 await websocket.close()
-            except RuntimeError:
+            except (RuntimeError, WebSocketDisconnect, OSError):
                 pass  # already closed by the client
 
     return app
@@ -398,7 +439,7 @@ def ws_error(code: str, message: str) -> str:
 def raw_type(raw: str) -> str | None:
     try:
         message = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return message.get("type") if isinstance(message, dict) else None
 
@@ -417,6 +458,8 @@ async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str
         message = json.loads(raw)
     except ValueError as error:
         return ws_error("INVALID_JSON", f"Invalid JSON: {error}")
+    except RecursionError:
+        return ws_error("INVALID_JSON", "Invalid JSON: nested too deeply")
     if not isinstance(message, dict) or not isinstance(message.get("data", {}), dict):
         return ws_error("VALIDATION_ERROR", "a message is an object {\"type\": ..., \"data\": {...}}")
     kind, data = message.get("type"), message.get("data", {})
@@ -428,8 +471,12 @@ async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str
             except ValidationError as error:
                 return ws_error("VALIDATION_ERROR", "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}"
                                                               for p in error.errors()))
+            episode_id = data.get("episode_id")
+            if episode_id is not None and not (isinstance(episode_id, str) and len(episode_id) <= MAX_ID_CHARS):
+                return ws_error("VALIDATION_ERROR", f"episode_id must be a string of at most {MAX_ID_CHARS} "
+                                                    "characters")
             obs, info = await sessions.call(session, env.reset, seed=body.seed, options=body.options)
-            session.steps, session.episode_id = 0, data.get("episode_id") or secrets.token_hex(8)
+            session.steps, session.episode_id = 0, episode_id or secrets.token_hex(8)
             reply = openenv_observation(obs, info, None, False, False)
         elif kind == "step":
             action = data.get("action")
@@ -461,11 +508,54 @@ def serve(config: ServerConfig) -> None:
           f"sessions{', token required' if config.token else ''}); Ctrl-C stops")
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.token:
         print(f"warning: serving on {config.host} without a token: anyone who reaches it can run envs")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    log.addHandler(handler)  # one line per event worth a line (a client that left, a slow one cut off)
+    log.setLevel(logging.INFO)
+    uvicorn.Server(server_config(config)).run(sockets=[sock])
+
+
+def server_config(config: ServerConfig, **overrides) -> uvicorn.Config:
+    """uvicorn's settings for ``config``'s app: message size, keep-alive, and the read deadline."""
     # Keep-alive past uvicorn's 5 s: under load a client's pooled connection can sit idle longer than
     # that between two requests, and a connection closed under it fails the next request.
-    server = uvicorn.Server(uvicorn.Config(create_app(config), ws_max_size=config.max_request_bytes,
-                                           timeout_keep_alive=75, backlog=4096, log_level="warning"))
-    server.run(sockets=[sock])
+    settings = {"ws_max_size": config.max_request_bytes, "timeout_keep_alive": 75, "backlog": 4096,
+                "log_level": "warning", "http": type("Timed", (TimedH11,), {"read_timeout": config.read_timeout_s})}
+    return uvicorn.Config(create_app(config), **{**settings, **overrides})
+
+
+class TimedH11(H11Protocol):
+    """uvicorn's h11 protocol with a read deadline: a request's headers, each piece of its body, and a
+    new connection's first bytes must come within ``read_timeout`` seconds, or the connection is closed.
+    (uvicorn times only the idle time between requests.) While the app works on a request, no deadline."""
+
+    read_timeout = 30.0
+    _deadline = None
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        self._arm()  # progress moves the deadline
+        super().data_received(data)
+
+    def connection_lost(self, exc):
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(self.read_timeout, self._expire)
+
+    def _expire(self) -> None:
+        fresh = self.cycle is None and self.conn.their_state is h11.IDLE
+        partial = self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
+        if fresh or partial or self.conn.their_state is h11.SEND_BODY:
+            log.info("closed a connection from %s: nothing read for %g s", self.client, self.read_timeout)
+            self.transport.close()
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -22,7 +22,11 @@ class ServerConfig:
     # shared secret: clients send "Authorization: Bearer TOKEN"; default: $RAGEN_SERVE_TOKEN, else none
     token: str | None = None
     env_kwargs: dict = field(default_factory=dict)  # JSON {env_id: {gym.make arguments}} fixed by the server
-    workers: int = 32  # threads running env calls (resets, steps): a slow env blocks only its own thread
+    # threads running env calls (resets, steps), per served env: a slow env queues behind itself only
+    workers: int = 32
+    # a client that takes longer than this to send a request's headers, or between two pieces of its body,
+    # or to send anything on a new connection, is disconnected (slowloris); idle keep-alive is separate
+    read_timeout_s: float = 30.0
 
     def __post_init__(self):
         if not self.envs:
@@ -34,8 +38,9 @@ class ServerConfig:
             check_positive_int(name, getattr(self, name))
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
-        if not self.idle_timeout_s > 0:
-            raise ValueError(f"idle_timeout_s must be > 0, got {self.idle_timeout_s}")
+        for name in ("idle_timeout_s", "read_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         unknown = set(self.env_kwargs) - set(self.envs)
         if unknown:
             raise ValueError(f"env_kwargs names envs that are not served: {sorted(unknown)}")

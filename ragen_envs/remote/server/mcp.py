@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
 
 from ragen_envs import __version__
 from ragen_envs.base import observation_text

@@ -1,0 +1,187 @@
+"""The env server against a hostile or careless client: every bad input gets the documented error shape
+(JSON ``{"error": {"code", "message"}}`` on HTTP, an ``error`` reply on the WebSocket) and no traceback
+in the log; one slow env does not starve the others; closed sessions give their memory back."""
+
+import gc
+import json
+import logging
+import socket
+import threading
+import time
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from ragen_envs.remote.server import ServerConfig
+from ragen_envs.remote.server.app import create_app
+from tests.remote.test_server import LiveServer
+from conftest import DEFAULT, SMOKE
+
+
+@pytest.fixture
+def log(caplog):
+    caplog.set_level(logging.INFO)
+    return caplog
+
+
+def no_tracebacks(caplog):
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+def watch_uvicorn(caplog):
+    """uvicorn's loggers do not propagate to the root: the test's log handler goes on them directly."""
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.asgi"):
+        logging.getLogger(name).addHandler(caplog.handler)
+
+
+def error(response):
+    return response.status_code, response.json()["error"]["code"]
+
+
+def raw_http(url: str, request: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+            if b"\r\n\r\n" in out and b'"error"' in out and out.rstrip().endswith(b"}}"):
+                break
+        return out
+
+
+def test_chunked_and_nested_bodies_get_the_documented_errors(log):
+    with LiveServer(ServerConfig(envs=[SMOKE], max_request_bytes=4096)) as live:
+        watch_uvicorn(log)
+        chunk = b"x" * 3000
+        request = (b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n" + (b"%x\r\n%s\r\n" % (len(chunk), chunk)) * 3 + b"0\r\n\r\n")
+        reply = raw_http(live.url, request)
+        assert reply.startswith(b"HTTP/1.1 413") and b'"code":"too_large"' in reply.replace(b" ", b"")
+        nested = b"[" * 1000 + b"]" * 1000
+        for body in (nested, b'{"env_id": ' + nested + b"}"):
+            response = httpx.post(f"{live.url}/v1/sessions", content=body, headers={"content-type": "application/json"})
+            assert error(response) == (400, "malformed_json")
+        sid = httpx.post(f"{live.url}/v1/sessions").json()["session_id"]
+        response = httpx.post(f"{live.url}/v1/sessions/{sid}/reset", content=b'{"options": ' + nested + b"}",
+                              headers={"content-type": "application/json"})
+        assert error(response) == (400, "malformed_json")
+    no_tracebacks(log)
+
+
+@pytest.mark.parametrize("body, expected", [
+    ({"env_id": ""}, (404, "unknown_env")),
+    ({"env_id": "Ragen/Nope-v0"}, (404, "unknown_env")),
+    ({"render_mode": "human"}, (400, "bad_render_mode")),
+])
+def test_what_a_session_cannot_be_is_refused(body, expected):
+    with TestClient(create_app(ServerConfig(envs=[SMOKE]))) as c:
+        assert error(c.post("/v1/sessions", json=body)) == expected
+        assert c.post("/v1/sessions", json={"render_mode": "rgb_array"}).status_code == 201
+
+
+def test_websocket_frames_that_are_wrong_get_error_replies(log):
+    with TestClient(create_app(ServerConfig(envs=[SMOKE]))) as c, c.websocket_connect("/ws") as ws:
+        for send, code in [(lambda: ws.send_bytes(b"\x00\x01binary"), "VALIDATION_ERROR"),
+                           (lambda: ws.send_text("[" * 5000 + "]" * 5000), "INVALID_JSON"),
+                           (lambda: ws.send_text(json.dumps({"type": "reset", "data": {"episode_id": "e" * 10**5}})),
+                            "VALIDATION_ERROR")]:
+            send()
+            reply = json.loads(ws.receive_text())
+            assert reply["type"] == "error" and reply["data"]["code"] == code
+        ws.send_text(json.dumps({"type": "reset", "data": {"seed": 1, "episode_id": "mine"}}))
+        assert json.loads(ws.receive_text())["type"] == "observation"
+        ws.send_text(json.dumps({"type": "state"}))
+        assert json.loads(ws.receive_text())["data"]["episode_id"] == "mine"
+    no_tracebacks(log)
+
+
+def test_abrupt_disconnects_are_one_line_each_and_no_traceback(log):
+    from websockets.sync.client import connect
+
+    with LiveServer(ServerConfig(envs=[SMOKE])) as live:
+        watch_uvicorn(log)
+        url = live.url.replace("http://", "ws://") + "/ws"
+        for _ in range(20):
+            ws = connect(url, legacy=True) if "legacy" in connect.__code__.co_varnames else connect(url)
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            ws.socket.shutdown(socket.SHUT_RDWR)  # gone without a close frame, a reply in flight
+            ws.socket.close()
+        deadline = time.monotonic() + 30  # a bound for a loaded machine, not a timing claim
+        while httpx.get(f"{live.url}/health").json()["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert httpx.get(f"{live.url}/health").json()["sessions"] == 0  # every session closed
+    no_tracebacks(log)
+    assert sum(r.name.startswith("uvicorn") for r in log.records) == 0  # at most our one line per session
+    assert sum("ended by the client" in r.getMessage() for r in log.records) <= 20
+
+
+def test_a_slow_env_does_not_starve_another_env():
+    # Two workers a pool: four steps of DEFAULT that block (a sandboxed program sleeping) fill DEFAULT's
+    # pool; a step of SMOKE must still be answered before any of them is let go.
+    release, order = threading.Event(), []
+    with LiveServer(ServerConfig(envs=[DEFAULT, SMOKE], workers=2)) as live:
+        sessions = live.server.config.app.state.sessions
+        slow = [httpx.post(f"{live.url}/v1/sessions", json={"env_id": DEFAULT}).json()["session_id"]
+                for _ in range(4)]
+        for sid in slow:
+            httpx.post(f"{live.url}/v1/sessions/{sid}/reset", json={"seed": 0})
+            sessions.open[sid].env.step = lambda action: (release.wait(60), order.append("slow"))[0] and None
+        fast = httpx.post(f"{live.url}/v1/sessions", json={"env_id": SMOKE}).json()["session_id"]
+        httpx.post(f"{live.url}/v1/sessions/{fast}/reset", json={"seed": 0})
+        with ThreadPoolExecutor(4) as pool:
+            blocked = [pool.submit(httpx.post, f"{live.url}/v1/sessions/{sid}/step", json={"action": "Up"},
+                                   timeout=90) for sid in slow]
+            while sum(not s.lock.locked() for s in (sessions.open[sid] for sid in slow)):
+                pass  # every slow step has reached its session (two run, two wait for the pool)
+            step = httpx.post(f"{live.url}/v1/sessions/{fast}/step", json={"action": "Up"}, timeout=30)
+            order.append("fast")
+            release.set()
+            [f.result() for f in blocked]
+        assert step.status_code == 200 and order[0] == "fast" and order.count("slow") == 4
+
+
+def test_closed_sessions_give_their_memory_back():
+    with TestClient(create_app(ServerConfig(envs=[SMOKE], max_request_bytes=1 << 20))) as c:
+        def rounds(n):
+            for _ in range(n):
+                with c.websocket_connect("/ws") as ws:
+                    ws.send_text(json.dumps({"type": "reset", "data": {"seed": 0, "episode_id": "e" * 200}}))
+                    ws.receive_text()
+                    ws.send_text(json.dumps({"type": "step", "data": {"action": "Up" + " " * 500_000}}))
+                    ws.receive_text()
+
+        rounds(5)  # warm: caches, the env's first build
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        rounds(50)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert c.get("/health").json()["sessions"] == 0
+        assert after - before < 2_000_000  # 50 sessions of 0.5 MB messages: nothing of them is kept
+
+
+def test_a_client_that_sends_too_slowly_is_disconnected(log):
+    with LiveServer(ServerConfig(envs=[SMOKE], read_timeout_s=0.5)) as live:
+        watch_uvicorn(log)
+        host, port = live.url.removeprefix("http://").split(":")
+        idle = socket.create_connection((host, int(port)), timeout=30)  # sends nothing
+        partial = socket.create_connection((host, int(port)), timeout=30)
+        partial.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\n")  # and never ends its headers
+        body = socket.create_connection((host, int(port)), timeout=30)
+        body.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")  # a body cut short
+        for sock in (idle, partial, body):
+            assert sock.recv(1024) == b""  # closed by the server (the 30 s socket timeout would raise instead)
+            sock.close()
+        # A client that works, with a keep-alive pause longer than the read deadline, is not cut off.
+        with httpx.Client(base_url=live.url) as client:
+            sid = client.post("/v1/sessions").json()["session_id"]
+            time.sleep(1.0)
+            assert client.post(f"/v1/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
+    no_tracebacks(log)
+    assert sum("nothing read for" in r.getMessage() for r in log.records) == 3
