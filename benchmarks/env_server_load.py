@@ -10,6 +10,13 @@ at most (default: 2 x the concurrency) and ``--level-timeout`` seconds.
 
     python benchmarks/env_server_load.py [--env Ragen/Sokoban-v0 --levels 1 64 512 --steps 10]
 
+``--vs-openenv`` runs OpenEnv's WebSocket protocol instead (reset, steps, state, close per session) at 1,
+16 and 64 concurrent sessions, from client processes apart from the servers, against `ragen serve` and
+against openenv-core's own ``create_app`` serving the same env through a thin ``Environment``
+(``openenv_peer.py``), and prints the ratios:
+
+    python benchmarks/env_server_load.py --vs-openenv --env Ragen/FrozenLake-v0 [--steps 20 --rounds 3]
+
 The table is a measurement of this machine; the test suite asserts no time (tests/test_server.py
 runs the same clients for correctness). "server CPU s" is the server process's CPU time during the
 level: with client and server on the same cores, it tells how much of the wall time the server used.
@@ -24,6 +31,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,16 +125,156 @@ async def level(url: str, concurrency: int, sessions: int, steps: int, timeout: 
             "errors": counts["errors"], "lost_steps": counts["lost"], "error_examples": counts.get("examples", [])[:3]}
 
 
+# -- side by side with openenv-core's own server, over OpenEnv's WebSocket protocol (--vs-openenv) --------
+async def ws_session(url: str, seed: int, steps: int, actions: list[str], latencies: list, counts: dict) -> None:
+    """One OpenEnv session: reset with its seed, ``steps`` steps (timed), the state's step count, close."""
+    import websockets
+
+    def failed(what):
+        counts["errors"] += 1
+        counts.setdefault("examples", []).append(str(what)[:200])
+
+    try:
+        async with websockets.connect(url, max_size=None, open_timeout=60) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {"seed": seed}}))
+            reply = json.loads(await ws.recv())
+            if reply.get("type") != "observation":
+                return failed(reply)
+            for k in range(steps):
+                start = time.perf_counter()
+                await ws.send(json.dumps({"type": "step", "data": {"action": actions[(seed + k) % len(actions)]}}))
+                reply = json.loads(await ws.recv())
+                latencies.append(time.perf_counter() - start)
+                if reply.get("type") != "observation":
+                    failed(reply)
+                else:
+                    counts["steps"] += 1
+            await ws.send(json.dumps({"type": "state"}))
+            state = json.loads(await ws.recv())
+            counts["lost"] += steps - state.get("data", {}).get("step_count", 0)
+            await ws.send(json.dumps({"type": "close"}))
+            counts["sessions"] += 1
+    except Exception as error:  # a refused or dropped connection: counted, the level goes on
+        failed(f"{type(error).__name__}: {error}")
+
+
+def ws_client(url: str, seeds: list[int], steps: int, actions: list[str], start_at: float) -> dict:
+    """A client process: its sessions all at once, from the shared start time (so that no process's
+    start-up counts); their latencies, counts and end time."""
+    latencies, counts = [], {"sessions": 0, "steps": 0, "errors": 0, "lost": 0}
+
+    async def run():
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        await asyncio.gather(*(ws_session(url, seed, steps, actions, latencies, counts) for seed in seeds))
+
+    asyncio.run(run())
+    return {"latencies": latencies, "end": time.time(), **counts}
+
+
+def ws_level(url: str, concurrency: int, steps: int, actions: list[str], processes: int, pid: int) -> dict:
+    """``concurrency`` sessions at once, from ``processes`` client processes."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    shares = [list(range(i, concurrency, processes)) for i in range(processes)]
+    with ProcessPoolExecutor(processes) as pool:
+        start_at = time.time() + 2.0  # every client process is up by then
+        futures = [pool.submit(ws_client, url, share, steps, actions, start_at) for share in shares]
+        time.sleep(max(0.0, start_at - time.time()))
+        before = cpu_seconds(pid)
+        parts = [f.result() for f in futures]
+    seconds, server_cpu = max(p["end"] for p in parts) - start_at, cpu_seconds(pid) - before
+    lat = np.array([x for p in parts for x in p["latencies"]] or [0.0]) * 1000
+    total = {k: sum(p[k] for p in parts) for k in ("sessions", "steps", "errors", "lost")}
+    return {"concurrency": concurrency, **total, "seconds": seconds, "steps_per_s": total["steps"] / seconds,
+            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+            "server_cpu_ms_per_step": 1000 * server_cpu / max(total["steps"], 1),
+            "examples": [e for p in parts for e in p.get("examples", [])][:3]}
+
+
+def start(command: list[str], url: str, log=subprocess.DEVNULL) -> subprocess.Popen:
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+    for _ in range(600):
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    server.terminate()
+    raise SystemExit(f"{' '.join(command)} did not start")
+
+
+def vs_openenv(args) -> None:
+    """The same WebSocket load against `ragen serve` and openenv-core's create_app, level by level."""
+    import gymnasium as gym
+
+    actions = gym.make(args.env).get_wrapper_attr("valid_actions") or ["1"]
+    most = max(args.levels)
+    servers = {
+        "ragen serve": lambda port: [sys.executable, "-m", "ragen_envs.cli", "serve", "--env", args.env, "--port",
+                                     str(port), "--max-sessions", str(2 * most), "--workers", str(args.workers)],
+        "openenv create_app": lambda port: [sys.executable, str(Path(__file__).parent / "openenv_peer.py"), "--env",
+                                            args.env, "--port", str(port), "--max-sessions", str(2 * most)],
+    }
+    print(f"{args.env}, OpenEnv WebSocket sessions of {args.steps} steps; client: {args.client_processes} "
+          f"processes; each level {args.rounds} rounds")
+    print(f"{'server':20s} {'sessions':>8s} {'steps/s':>8s} {'p50 ms':>7s} {'p99 ms':>7s} {'CPU ms/step':>12s} "
+          f"{'errors':>6s} {'lost':>5s} {'tracebacks':>10s}")
+    rows = []
+    for concurrency in args.levels:
+        for name, command in servers.items():
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            with tempfile.TemporaryFile("w+") as log:
+                server = start(command(port), url, log)
+                try:
+                    runs = [ws_level(url.replace("http", "ws") + "/ws", concurrency, args.steps, actions,
+                                     min(args.client_processes, concurrency), server.pid) for _ in range(args.rounds)]
+                finally:
+                    server.terminate()
+                    server.wait(timeout=30)
+                log.seek(0)
+                tracebacks = log.read().count("Traceback")
+            r = {"server": name, "concurrency": concurrency,
+                 **{k: sum(x[k] for x in runs) for k in ("sessions", "steps", "errors", "lost")},
+                 **{k: float(np.median([x[k] for x in runs]))
+                    for k in ("steps_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_step")},
+                 "server_tracebacks": tracebacks, "examples": [e for x in runs for e in x["examples"]][:3]}
+            rows.append(r)
+            print(f"{name:20s} {concurrency:8d} {r['steps_per_s']:8.0f} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f} "
+                  f"{r['server_cpu_ms_per_step']:12.2f} {r['errors']:6d} {r['lost']:5d} {tracebacks:10d}", flush=True)
+            for example in r["examples"]:
+                print(f"  error: {example}")
+        ours, peer = rows[-2], rows[-1]
+        print(f"{'ratio ragen/openenv':20s} {concurrency:8d} {ours['steps_per_s'] / peer['steps_per_s']:8.2f} "
+              f"{ours['p50_ms'] / peer['p50_ms']:7.2f} {ours['p99_ms'] / peer['p99_ms']:7.2f} "
+              f"{ours['server_cpu_ms_per_step'] / peer['server_cpu_ms_per_step']:12.2f}")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "env_server_vs_openenv.json"
+    out.write_text(json.dumps({"env": args.env, "steps": args.steps, "rounds": args.rounds, "rows": rows}, indent=1))
+    print(f"written: {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", choices=list(ENVIRONMENTS), default=env_for("default"))
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 64, 512])
-    parser.add_argument("--steps", type=int, default=10, help="steps per session")
+    parser.add_argument("--steps", type=int, default=None, help="steps per session (default: 10; --vs-openenv 100)")
     parser.add_argument("--sessions-per-level", type=int, default=None, help="default: 2 x the concurrency (>= 20)")
     parser.add_argument("--level-timeout", type=float, default=300.0)
-    parser.add_argument("--workers", type=int, default=32, help="the server's env threads")
+    parser.add_argument("--workers", type=int, default=64, help="the server's env threads per env")
     parser.add_argument("--oracle", action="store_true", help="ask for the oracle's move before each step")
+    parser.add_argument("--vs-openenv", action="store_true",
+                        help="OpenEnv's WebSocket sessions against ragen serve and openenv-core's create_app, side "
+                             "by side (levels default to 1 16 64)")
+    parser.add_argument("--client-processes", type=int, default=2, help="--vs-openenv: client processes")
+    parser.add_argument("--rounds", type=int, default=3, help="--vs-openenv: runs per level and server (median)")
     args = parser.parse_args()
+    if args.vs_openenv:
+        if args.levels == [1, 64, 512]:
+            args.levels = [1, 16, 64]
+        args.steps = args.steps or 100
+        return vs_openenv(args)
+    args.steps = args.steps or 10
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

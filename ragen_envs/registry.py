@@ -21,7 +21,7 @@ import inspect
 import types
 import typing
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import gymnasium
@@ -196,21 +196,28 @@ _TYPES = {float: ((int, float), "a number"), int: ((int,), "an integer"), bool: 
           str: ((str,), "a string")}
 
 
+@lru_cache(maxsize=None)
+def _signature(cls: type) -> tuple[list[str] | None, dict]:
+    """The keyword names ``cls.__init__`` takes (None: any) and their type hints (empty: unresolvable)."""
+    parameters = inspect.signature(cls.__init__).parameters
+    names = None if any(p.kind is p.VAR_KEYWORD for p in parameters.values()) else \
+        [n for n in parameters if n != "self"]
+    try:
+        return names, typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that cannot be resolved here: the env checks its own values
+        return names, {}
+
+
 def check_arguments(cls: type, kwargs: dict) -> None:
     """A ValueError for a keyword argument the env class does not take ("did you mean") or whose value is
     not of its annotated type (a number, an integer, a bool, a string), before the env's code meets it."""
-    parameters = inspect.signature(cls.__init__).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        names = [n for n in parameters if n != "self"]
+    names, hints = _signature(cls)
+    if names is not None:
         for key in kwargs:
             if key not in names:
                 close = difflib.get_close_matches(key, names, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f" (it takes: {', '.join(names)})"
                 raise ValueError(f"unknown argument {key!r}{hint}")
-    try:
-        hints = typing.get_type_hints(cls.__init__)
-    except Exception:  # an annotation that cannot be resolved here: the env checks its own values
-        return
     for key, value in kwargs.items():
         hint = hints.get(key)
         options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)

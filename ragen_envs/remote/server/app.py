@@ -39,7 +39,9 @@ import logging
 import secrets
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -51,7 +53,6 @@ from ragen_envs.remote.server.config import ServerConfig
 from ragen_envs.remote.server.describe import env_metadata, env_schema, server_metadata, server_schema
 
 try:
-    import anyio
     import h11
     import uvicorn
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -97,14 +98,19 @@ class Sessions:
         self.reserved = 0  # sessions being created (their env is being built)
         # Each env its own pool of worker threads: slow steps of one env (a sandboxed program that
         # sleeps) queue behind each other, never in front of another env's.
-        self.pools = {env_id: anyio.CapacityLimiter(config.workers) for env_id in config.envs}
-        self.server_pool = anyio.CapacityLimiter(2)  # the server's own work (describing the envs)
+        self.pools = {env_id: ThreadPoolExecutor(config.workers, thread_name_prefix=f"env-{env_id}")
+                      for env_id in config.envs}
+        self.server_pool = ThreadPoolExecutor(2, thread_name_prefix="server")  # describing the envs
         self.created = self.closed_idle = 0
 
     async def run(self, fn, *args, env_id: str | None = None, **kwargs):
         """``fn(*args, **kwargs)`` on a worker thread of ``env_id``'s pool (None: the server's)."""
         pool = self.server_pool if env_id is None else self.pools[env_id]
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=pool)
+        return await asyncio.get_running_loop().run_in_executor(pool, partial(fn, *args, **kwargs))
+
+    def shutdown(self) -> None:
+        for pool in [*self.pools.values(), self.server_pool]:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     async def create(self, env_id: str | None, render_mode: str | None = None) -> tuple[str, Session]:
         env_id = self.config.envs[0] if env_id is None else env_id  # "" is no env: refused below
@@ -264,6 +270,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
             task.cancel()
             for sid in list(sessions.open):
                 await sessions.close(sid)
+            sessions.shutdown()
 
     # No /docs or /redoc: their pages load from a CDN (blank offline); /openapi.json is the schema.
     app = FastAPI(title="ragen-envs env server", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -412,9 +419,10 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
                     await websocket.send_text(ws_error("VALIDATION_ERROR", "binary frames are not read: send "
                                                                            "JSON text messages"))
                     continue
-                if raw_type(raw) == "close":  # OpenEnv's client sends it and hangs up: no reply
+                reply = await openenv_reply(sessions, sid, session, raw, config.max_request_bytes)
+                if reply is None:  # "close": OpenEnv's client sends it and hangs up, no reply
                     break
-                await websocket.send_text(await openenv_reply(sessions, sid, session, raw, config.max_request_bytes))
+                await websocket.send_text(reply)
         except (WebSocketDisconnect, RuntimeError, OSError) as gone:  # the client left mid-reply: one line
             log.info("websocket session %s ended by the client (%s)", sid, type(gone).__name__)
         finally:
@@ -436,23 +444,15 @@ def ws_error(code: str, message: str) -> str:
     return json.dumps({"type": "error", "data": {"code": code, "message": message}})
 
 
-def raw_type(raw: str) -> str | None:
-    try:
-        message = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return message.get("type") if isinstance(message, dict) else None
-
-
 def openenv_observation(obs, info, reward, terminated: bool, truncated: bool) -> dict:
     observation = {"text": obs} if isinstance(obs, str) else dict(obs)
     observation.update(info=info, terminated=terminated, truncated=truncated)
     return {"observation": wire.encode(observation), "reward": reward, "done": terminated or truncated}
 
 
-async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str, limit: int) -> str:
-    """The reply to one OpenEnv message, as JSON text."""
-    if len(raw.encode()) > limit:
+async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str, limit: int) -> str | None:
+    """The reply to one OpenEnv message, as JSON text; None for "close"."""
+    if len(raw) > limit:  # characters: at most the bytes (uvicorn's ws_max_size caps those)
         return ws_error("VALIDATION_ERROR", f"message over {limit} bytes")
     try:
         message = json.loads(raw)
@@ -463,6 +463,8 @@ async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str
     if not isinstance(message, dict) or not isinstance(message.get("data", {}), dict):
         return ws_error("VALIDATION_ERROR", "a message is an object {\"type\": ..., \"data\": {...}}")
     kind, data = message.get("type"), message.get("data", {})
+    if kind == "close":
+        return None
     env = session.env
     try:
         if kind == "reset":

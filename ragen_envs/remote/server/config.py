@@ -23,7 +23,7 @@ class ServerConfig:
     token: str | None = None
     env_kwargs: dict = field(default_factory=dict)  # JSON {env_id: {gym.make arguments}} fixed by the server
     # threads running env calls (resets, steps), per served env: a slow env queues behind itself only
-    workers: int = 32
+    workers: int = 64
     # a client that takes longer than this to send a request's headers, or between two pieces of its body,
     # or to send anything on a new connection, is disconnected (slowloris); idle keep-alive is separate
     read_timeout_s: float = 30.0
