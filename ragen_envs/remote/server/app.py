@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import hmac
 import json
 import logging
@@ -263,6 +264,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app):
+        gc.freeze()  # the startup's objects (torch-free, but gymnasium, pydantic, ...) out of every collection
         task = asyncio.create_task(reaper())
         try:
             yield
