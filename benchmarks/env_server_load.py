@@ -191,9 +191,10 @@ def ws_level(url: str, concurrency: int, steps: int, actions: list[str], process
             "examples": [e for p in parts for e in p.get("examples", [])][:3]}
 
 
-def start(command: list[str], url: str, log=subprocess.DEVNULL) -> subprocess.Popen:
+def start(command: list[str], url: str, log=None, wait_s: float = 60.0) -> subprocess.Popen:
+    """The server ``command`` started, once its /health answers (at most ``wait_s``)."""
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    for _ in range(600):
+    for _ in range(int(wait_s * 10)):
         try:
             if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
                 return server
@@ -278,18 +279,9 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "ragen_envs.cli", "serve", "--env", args.env, "--port", str(port),
-                               "--max-sessions", str(max(args.levels) * 2), "--workers", str(args.workers)],
-                              stdout=subprocess.DEVNULL)
+    server = start([sys.executable, "-m", "ragen_envs.cli", "serve", "--env", args.env, "--port", str(port),
+                    "--max-sessions", str(max(args.levels) * 2), "--workers", str(args.workers)], url, wait_s=30)
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise SystemExit("the server did not start")
         per_session = (2 if args.oracle else 1) * args.steps + 4
         asked = " (each after asking the oracle)" if args.oracle else ""
         print(f"{args.env} on {url}: {args.steps} steps per session{asked}, {per_session} requests per session")

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from ragen_envs.remote.server import ServerConfig
 from ragen_envs.remote.server.app import create_app
-from tests.remote.test_server import LiveServer
+from tests.remote.test_server import LiveServer, error
 from conftest import DEFAULT, SMOKE
 
 
@@ -35,10 +35,6 @@ def watch_uvicorn(caplog):
     """uvicorn's loggers do not propagate to the root: the test's log handler goes on them directly."""
     for name in ("uvicorn", "uvicorn.error", "uvicorn.asgi"):
         logging.getLogger(name).addHandler(caplog.handler)
-
-
-def error(response):
-    return response.status_code, response.json()["error"]["code"]
 
 
 def raw_http(url: str, request: bytes) -> bytes:
