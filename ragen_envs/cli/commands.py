@@ -288,6 +288,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     return parser, commands
 
 
+def run_layer(data: dict, *leave_out: str) -> tuple[dict | None, dict]:
+    """A run config's envs, and its settings (but ``leave_out``) as ``train``'s defaults."""
+    from trainers.config import TrainerConfig
+
+    for key in leave_out:
+        data.pop(key, None)
+    envs, model = data.pop("env", None), data.pop("model", None)
+    return envs, {**cli_args.flatten(TrainerConfig, data), "model": model}
+
+
 def _parse(parser, commands, argv) -> argparse.Namespace:
     """``parser.parse_args``, with a misspelt flag reported by its command's parser (its usage, not ragen's)."""
     args, extra = parser.parse_known_args(argv)
@@ -301,32 +311,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     --resume``, the run's own config.json; ``--preset NAME``; ``--config FILE``; ``sft --from-scratch``'s.
     Flags given on the command line override them all."""
     from trainers.config import ORGANISM_SFT, SFTConfig, TrainerConfig, eval_preset, preset
-    from trainers.run_folder import read_record
 
     parser, commands = build_parser()
     args = _parse(parser, commands, argv)
     layers = []  # (subparser, defaults)
-    envs = model = None
+    envs = None
     if args.command == "train" and args.resume:
         folder = args.output_dir or (Path(args.resume).parent if args.resume != "latest" else None)
         if folder is None:
             raise ValueError("--resume latest needs --output-dir, the run folder to resume")
         if args.config:
             raise ValueError("--resume reads the run's own config.json: leave out --config")
-        record = read_record(Path(folder))
-        if record is not None:
-            for key in ("history", "allow_config_changes", "resume_from_checkpoint"):  # this resume's own
-                record.pop(key, None)
-            envs, model = record.pop("env", None), record.pop("model", None)
-            layers.append((commands["train"], {**cli_args.flatten(TrainerConfig, record), "model": model}))
+        record = Path(folder) / "config.json"
+        if record.is_file():
+            envs, defaults = run_layer(load_run_config(str(record)), "allow_config_changes", "resume_from_checkpoint")
+            layers.append((commands["train"], defaults))  # without this resume's own settings
     if args.command in ("train", "eval") and args.preset:
         env = args.env[0].partition(":")[0] if args.env else next(iter(envs or {}), None)
         layers.append((commands[args.command], cli_args.flatten(TrainerConfig, preset(args.preset, env))
                        if args.command == "train" else cli_args.flatten(RolloutConfig, eval_preset(args.preset, env))))
     if args.command == "train" and args.config:
-        data = load_run_config(args.config)
-        envs, model = data.pop("env", None), data.pop("model", None)
-        layers.append((commands["train"], {**cli_args.flatten(TrainerConfig, data), "model": model}))
+        envs, defaults = run_layer(load_run_config(args.config))
+        layers.append((commands["train"], defaults))
     if args.command == "sft" and args.from_scratch:  # the organism's own training settings
         layers.append((commands["sft"], cli_args.flatten(SFTConfig, ORGANISM_SFT)))
     for subparser, defaults in layers:
