@@ -50,9 +50,8 @@ def field_comments(cls: type) -> dict[str, str]:
             comments[tok.start[0]] = tok.string.lstrip("#").strip()
     out = {}
     for number, line in enumerate(lines, start=1):
-        stripped = line.strip()
-        name = stripped.split(":", 1)[0]
-        if not name.isidentifier() or ":" not in stripped or line[:len(line) - len(line.lstrip())] != "    ":
+        stripped, name = line.strip(), _field_name(line)
+        if name is None:
             continue
         if number in comments and not stripped.startswith("#"):
             out[name] = comments[number]
@@ -75,12 +74,19 @@ def field_sections(cls: type) -> dict[str, str]:
         return {}
     out, title = {}, None
     for line in source.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("# --"):
-            title = stripped.strip("#").strip().strip("-").strip()
-        elif title and ":" in stripped and stripped.split(":", 1)[0].isidentifier():
-            out[stripped.split(":", 1)[0]] = title
+        if line.strip().startswith("# --"):
+            title = line.strip().strip("#").strip().strip("-").strip()
+        elif title and _field_name(line):
+            out[_field_name(line)] = title
     return out
+
+
+def _field_name(line: str) -> str | None:
+    """The field a line of a class body declares (``    name: type ...``), or None."""
+    stripped = line.strip()
+    name = stripped.split(":", 1)[0]
+    return name if name.isidentifier() and ":" in stripped and line[:len(line) - len(line.lstrip())] == "    " \
+        else None
 
 
 def _group(parser: argparse.ArgumentParser, title: str):
