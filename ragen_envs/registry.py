@@ -57,6 +57,11 @@ class EnvEntry:
     roles: tuple[str, ...] = ()  # of ROLES
 
     @property
+    def visual(self) -> bool:
+        """Its observations are images: it needs a vision-language model."""
+        return self.kwargs.get("observation_type") == "image"
+
+    @property
     def package(self) -> str:
         """The env's package under ragen_envs (e.g. "sokoban")."""
         return self.entry_point.split(":")[0].split(".")[1]
@@ -77,6 +82,10 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
              kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120),
+    # RAGEN's VisualSimpleSokoban: the board as an image each turn (a vision-language model's env)
+    EnvEntry("Ragen/SokobanVisual-v0", "ragen_envs.sokoban:SokobanEnv",
+             "Sokoban seen as an image (RAGEN's VisualSimpleSokoban); for vision-language models",
+             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100),
     EnvEntry("Ragen/FrozenLake-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "cross the ice to the goal; random 4x4 maps with a path, no slip",
              presets=TEN_ACTIONS, max_tokens=100, test_kwargs={"size": 3}, roles=("smoke",)),
@@ -86,6 +95,9 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
              kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120, roles=("demo",)),
+    EnvEntry("Ragen/FrozenLakeVisual-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
+             "FrozenLake seen as an image; for vision-language models",
+             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100, test_kwargs={"size": 3}),
     # RAGEN's MetamathQA: one answer (max_actions_per_traj 1), but up to 5 replies to give it in the format
     EnvEntry("Ragen/MetaMathQA-v0", "ragen_envs.metamath:MetaMathQAEnv",
              "answer a math word problem; a wrong answer may be retried for half the reward; generated offline",

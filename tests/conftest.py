@@ -78,6 +78,26 @@ def tiny_policy(tiny_model, tokenizer):
     return TransformersPolicy(tiny_model, tokenizer, device="cpu", batch_size=8)
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm_path(tmp_path_factory):
+    """A tiny randomly initialised vision-language model folder (``trainers.tiny_vlm``: Idefics3, the
+    real tokenizer plus image tokens, a processor): built once per session, in about 2 s."""
+    from trainers.tiny_vlm import build
+
+    return build(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture
+def tiny_vlm(tiny_vlm_path):
+    from ragen_envs.agent.backends.transformers import TransformersPolicy
+
+    return TransformersPolicy(str(tiny_vlm_path), device="cpu", batch_size=8)
+
+
+# The catalogue's visual envs (image observations: a vision-language model's)
+VISUAL_IDS = [e.id for e in ENVIRONMENTS.values() if e.visual]
+
+
 class ScriptedPolicy(Policy):
     """A policy that replies with the given texts in turn (per call, per prompt): a test double with
     the real tokenizer, so the rollout machinery runs exactly as with a model."""

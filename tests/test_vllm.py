@@ -105,3 +105,22 @@ def test_openai_backend_against_vllm_server(server, reference):
     scored = client.score(gen.prompt_ids, [gen.token_ids])[0]
     np.testing.assert_allclose(scored, gen.logprobs, atol=0.05)
     np.testing.assert_allclose(scored, reference.score(gen.prompt_ids, [gen.token_ids])[0], atol=0.05)
+
+
+def test_a_vision_language_model_plays_a_visual_env(tiny_vlm_path):
+    """The tiny Idefics3 (random weights): images reach vLLM as multi_modal_data, and its log-probs are
+    the transformers backend's teacher forcing with the same images."""
+    from ragen_envs.agent.backends.base import TokenPrompt
+    from ragen_envs.agent.backends.vllm import VLLMPolicy
+    from ragen_envs.registry import ENVIRONMENTS
+
+    visual = next(e.id for e in ENVIRONMENTS.values() if e.visual)
+    policy = VLLMPolicy(str(tiny_vlm_path), max_model_len=2048, dtype="float32", seed=0)
+    config = RolloutConfig(n_groups=2, group_size=1, chat=ChatEnvConfig(max_turns=2),
+                           sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0))
+    trajs = RolloutRunner(visual, policy, config).collect()
+    reference = TransformersPolicy(str(tiny_vlm_path), device="cpu")
+    for turn in (t for traj in trajs for t in traj.turns):
+        assert turn.images and len(turn.logprobs) == len(turn.response_ids)
+        expected = reference.score(TokenPrompt(turn.prompt_ids, turn.images), [turn.response_ids])[0]
+        np.testing.assert_allclose(turn.logprobs, expected, atol=0.05)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from ragen_envs.agent import progress
+from ragen_envs.agent import progress, vision
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
+from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import check_envs
 from ragen_envs.registry import env_for
@@ -33,7 +34,9 @@ from trainers.setup import model_name, prepare_model, use_bf16
 
 class TrainerBase:
     """Args:
-        model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default.
+        model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default; a
+            vision-language model (a folder with a processor, or a loaded one with its processor as
+            ``tokenizer``) trains on visual envs.
         env: an env id, or a dict env id -> number of prompt groups (a mix; overrides rollout.n_groups);
             None: the catalogue's default env.
         config: the hyperparameters.
@@ -74,8 +77,11 @@ class TrainerBase:
         if self.rank == 0:
             check_writable(self.output_dir, "the run")
         # freeze before the critic copies the model
+        self.processor = tokenizer if vision.is_processor(tokenizer) else load_processor(model)
+        if self.processor is not None:
+            tokenizer = self.processor.tokenizer
         self.model, self.tokenizer = prepare_model(model, tokenizer, self.device, cfg.freeze_layers)
-        self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device))
+        self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device), processor=self.processor)
         self.callbacks = list(callbacks)
         if callable(rollout_policy) and not hasattr(rollout_policy, "generate"):
             rollout_policy = rollout_policy()
@@ -200,8 +206,9 @@ class TrainerBase:
 
     def _token_outputs(self, scorer, batch):
         ids, attn = batch.ids.to(self.device), batch.attention.to(self.device)
+        pixels = vision.pixel_inputs(self.processor, batch.images, self.device) if batch.images else {}
         with self._autocast():
-            return scorer(ids, attn, batch.mask.to(self.device).bool(), batch.targets.to(self.device))
+            return scorer(ids, attn, batch.mask.to(self.device).bool(), batch.targets.to(self.device), **pixels)
 
     # == checkpoints ==============================================================================
     def save_checkpoint(self) -> Path | None:

@@ -2,14 +2,14 @@
 minibatches.
 
 A trajectory's turns chain into token sequences (``Trajectory.segments``: one, unless the context cap
-dropped old turns). The episode return goes on the last generated token of the trajectory's last
-segment. ``Layout`` names where each sample sits among the micro-batches; ``minibatches`` is RAGEN's
-fixed-size minibatch rule.
+dropped old turns), each with the images its placeholder tokens stand for (a visual env's). The
+episode return goes on the last generated token of the trajectory's last segment. ``Layout`` names
+where each sample sits among the micro-batches; ``minibatches`` is RAGEN's fixed-size minibatch rule.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -23,12 +23,13 @@ class Sample:
     trajectory: int  # index of the trajectory in the batch
     episode_return: float
     last: bool  # the trajectory's last segment (carries the reward)
+    images: list = field(default_factory=list)  # the images its placeholders stand for, in order
 
 
 def trajectory_samples(traj, index: int) -> list[Sample]:
     segments = traj.segments()
-    return [Sample(seg.ids, seg.generated, traj.group, index, traj.episode_return, last=(n == len(segments) - 1))
-            for n, seg in enumerate(segments)]
+    return [Sample(seg.ids, seg.generated, traj.group, index, traj.episode_return, last=(n == len(segments) - 1),
+                   images=seg.images) for n, seg in enumerate(segments)]
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Batch:
     targets: torch.Tensor  # (B, T-1): ids[:, 1:]
     mask: torch.Tensor  # (B, T-1): 1 where the target token was generated
     rewards: torch.Tensor  # (B, T-1): the episode return on the last generated token of last segments
+    images: list = field(default_factory=list)  # every row's images, the rows in order
 
 
 def collate(samples: list[Sample], pad_id: int) -> Batch:
@@ -56,7 +58,7 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
         positions = mask[b].nonzero()
         if s.last and len(positions):
             rewards[b, positions[-1, 0]] = s.episode_return
-    return Batch(ids, attention, ids[:, 1:], mask, rewards)
+    return Batch(ids, attention, ids[:, 1:], mask, rewards, [image for s in samples for image in s.images])
 
 
 @dataclass

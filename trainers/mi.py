@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ragen_envs.agent import vision
+from ragen_envs.agent.backends.base import TokenPrompt
+
 STD_EPS = 1e-3  # added to sigma in the z-scores (RAGEN's std_eps)
 
 
@@ -144,15 +147,19 @@ class MIZScoreEMA:
 def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[int]]]):
     """Score every reasoning under every prompt: returns (loglik, lengths) for ``mi_metrics``.
 
-    ``prompts[i]`` is X_i (token ids), ``reasonings[i][k]`` the ids of Z_ik. Token-identical prompts
-    are merged into one column first: their rows are pooled, and rows are padded with empty
-    (length-0) entries so the array stays rectangular. Each distinct prompt is scored once against
-    all distinct reasonings with ``policy.score``, which computes the prompt's prefix once (and, in the
-    transformers backend, only what it does not share with the prompt scored before it).
+    ``prompts[i]`` is X_i (token ids; a ``TokenPrompt`` with images), ``reasonings[i][k]`` the ids of
+    Z_ik. Identical prompts (ids and images) are merged into one column first: their rows are pooled,
+    and rows are padded with empty (length-0) entries so the array stays rectangular. Each distinct
+    prompt is scored once against all distinct reasonings with ``policy.score``, which computes the
+    prompt's prefix once (and, in the transformers backend, only what it does not share with the prompt
+    scored before it).
     """
-    columns: dict[tuple[int, ...], list[list[int]]] = {}
+    columns: dict[tuple, list[list[int]]] = {}
+    shown: dict[tuple, list] = {}  # a column's images
     for prompt, zs in zip(prompts, reasonings):
-        columns.setdefault(tuple(prompt), []).extend(zs)
+        key = (tuple(prompt), vision.digests(getattr(prompt, "images", ())))
+        columns.setdefault(key, []).extend(zs)
+        shown[key] = getattr(prompt, "images", [])
     keys = list(columns)
     width = max(len(zs) for zs in columns.values())
     rows = [zs + [[]] * (width - len(zs)) for zs in columns.values()]
@@ -165,7 +172,8 @@ def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[in
     # In sorted order, prompts that share a prefix come one after another: the backend reuses it.
     try:
         for j in sorted(range(len(keys)), key=lambda j: keys[j]):
-            sums = [s.sum() for s in policy.score(list(keys[j]), [list(z) for z in unique])]
+            prompt = TokenPrompt(keys[j][0], shown[keys[j]])
+            sums = [s.sum() for s in policy.score(prompt, [list(z) for z in unique])]
             loglik[:, :, j] = np.array([sums[where[z]] for z in flat]).reshape(len(keys), width)
     finally:
         policy.reset_cache()
@@ -229,7 +237,7 @@ def diagnostics(policy, trajectories, first_pairs: int, trajectory_draws: int, r
 
     by_group = first_turn_pairs(trajectories, first_pairs, rng)
     if len(by_group) > 1:
-        prompts = [through_think(turns[0].prompt_ids) for turns in by_group.values()]
+        prompts = [through_think(TokenPrompt(turns[0].prompt_ids, turns[0].images)) for turns in by_group.values()]
         reasonings = [[turn.reasoning_ids for turn in turns] for turns in by_group.values()]
         families("mi", "first", *cross_loglik(policy, prompts, reasonings))
     pairs = trajectory_pairs(trajectories, trajectory_draws, rng)

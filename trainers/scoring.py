@@ -21,8 +21,9 @@ class TokenScorer(torch.nn.Module):
         self.model, self.value_head, self.temperature = model, value_head, max(temperature, 1e-6)
         self.critic_trunk, self.detach_value = critic_trunk, detach_value
 
-    def forward(self, ids, attention, mask, targets):
-        hidden = self.model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
+    def forward(self, ids, attention, mask, targets, **pixels):
+        """``pixels``: a vision-language model's image inputs for the images of ``ids`` (``vision``)."""
+        hidden = self.model.base_model(input_ids=ids, attention_mask=attention, **pixels).last_hidden_state[:, :-1]
         selected = hidden[mask]
         logits = self.model.get_output_embeddings()(selected).float() / self.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
@@ -33,7 +34,8 @@ class TokenScorer(torch.nn.Module):
         value = None
         if self.value_head is not None:
             if self.critic_trunk is not None:
-                trunk = self.critic_trunk.base_model(input_ids=ids, attention_mask=attention).last_hidden_state
+                trunk = self.critic_trunk.base_model(input_ids=ids, attention_mask=attention,
+                                                     **pixels).last_hidden_state
                 features = trunk[:, :-1][mask]
             else:
                 features = selected.detach() if self.detach_value else selected
@@ -47,7 +49,7 @@ def build_scorers(model, config, device) -> tuple[TokenScorer, TokenScorer | Non
     ``TrainerConfig``): with GAE a zero-initialised value head, on a critic model of its own (RAGEN's,
     verl's: a copy of the policy) or on the policy's trunk; the reference only when ``beta`` > 0."""
     gae = config.advantage == "gae"
-    value_head = torch.nn.Linear(model.config.hidden_size, 1).to(device) if gae else None
+    value_head = torch.nn.Linear(model.config.get_text_config().hidden_size, 1).to(device) if gae else None
     if value_head is not None:
         torch.nn.init.zeros_(value_head.weight)
         torch.nn.init.zeros_(value_head.bias)

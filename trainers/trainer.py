@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 import torch
 
+from ragen_envs.agent.backends.base import TokenPrompt
 from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.trajectory import rollout_metrics, save_jsonl
 from trainers import algorithms as alg
@@ -107,10 +108,11 @@ class Trainer(TrainerBase):
             return mi.diagnostics(self.policy, trajectories, cfg.mi_first_turn_pairs, cfg.mi_trajectory_pairs, rng,
                                   self.mi_emas, self._through_think)
 
-    def _through_think(self, prompt_ids) -> list[int]:
+    def _through_think(self, prompt: TokenPrompt) -> TokenPrompt:
         """A first-turn prompt up to and including <think> (already there when the prompt prefills it)."""
-        ids = list(prompt_ids)
-        return ids if ids[-len(self.think_ids):] == self.think_ids else ids + self.think_ids
+        ids = list(prompt)
+        return TokenPrompt(ids if ids[-len(self.think_ids):] == self.think_ids else ids + self.think_ids,
+                           prompt.images)
 
     def _stats(self, trajectories, layout: Layout, metrics: dict) -> list[dict | None]:
         """The no-grad pass over every micro-batch when the filter or the entropy metric needs it

@@ -137,7 +137,7 @@ class AsyncRolloutRunner(RolloutRunner):
                     break
                 # One seed per episode and turn: G samples of a group must not draw the same tokens.
                 seed = self._sampling_seed(turn) + i
-                generation = await generate(prompts[i], replace(c.sampling, seed=seed))
+                generation = await generate(self._request(i, envs, prompts, dropped), replace(c.sampling, seed=seed))
                 reply = self.prefill + generation.text  # the reply starts inside the prefilled <think>
                 stepping[0] += 1
                 try:

@@ -5,27 +5,37 @@ environment message. Re-tokenising the whole conversation as text would not repr
 tokens (a reply can be sampled as a tokenisation the tokenizer would not choose), so the training
 prompt would differ from the one the model saw. Instead ``extend`` appends to the previous prompt:
 the generated ids as they were, then only the template text that follows the assistant's reply.
+
+``tokenizer`` may be a multimodal processor (``vision.is_processor``): messages may then show images
+(``vision``), each written as its run of placeholder tokens.
 """
 
 from __future__ import annotations
 
-Message = dict[str, str]  # {"role": ..., "content": ...}
+from ragen_envs.agent import vision
+
+Message = dict  # {"role": ..., "content": text, or a list of text and image parts (see vision)}
 
 _MARK = "\uE000ragen-reply\uE000"  # a private-use marker that no template or model writes
 
 
 def render(tokenizer, messages: list[Message], add_generation_prompt: bool) -> str:
+    if vision.is_processor(tokenizer):
+        messages = vision.as_parts(messages)
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
-def tokenize(tokenizer, text: str) -> list[int]:
+def tokenize(tokenizer, text: str, images=()) -> list[int]:
     # The chat template already wrote any special tokens (BOS included) as text.
+    if vision.is_processor(tokenizer):
+        return vision.encode(tokenizer, text, list(images))
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def encode_chat(tokenizer, messages: list[Message]) -> list[int]:
     """The conversation rendered by the chat template, ending with the generation prompt."""
-    return tokenize(tokenizer, render(tokenizer, messages, add_generation_prompt=True))
+    return tokenize(tokenizer, render(tokenizer, messages, add_generation_prompt=True),
+                    vision.message_images(messages))
 
 
 def extend(tokenizer, prompt_ids: list[int], reply_ids: list[int], messages: list[Message],
@@ -51,4 +61,4 @@ def extend(tokenizer, prompt_ids: list[int], reply_ids: list[int], messages: lis
     extra = generated[len(reply):] if generated.startswith(reply) else ""
     if extra and after.startswith(extra):
         after = after[len(extra):]
-    return [*prompt_ids, *reply_ids, *tokenize(tokenizer, after + prefill)]
+    return [*prompt_ids, *reply_ids, *tokenize(tokenizer, after + prefill, vision.message_images(messages[-1:]))]

@@ -10,6 +10,10 @@ actions (one answer for open-text tasks), stopping at episode end, and appends t
 and the next user message (reward, observation, budget left) to ``messages``. A reply without a
 valid action does not step the env: it costs ``format_penalty`` and the next message says why.
 Every turn is recorded with its reasoning, actions and reward.
+
+An observation with an image (an image array, or a dict with an "image" part) makes the user message a
+list of parts, the image first, then the turn's text (``vision``); with ``max_images`` only the latest
+images stay in the history, older ones replaced by a line saying so.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 
 import ragen_envs  # noqa: F401  (registers the envs)
-from ragen_envs.agent import prompts
+from ragen_envs.agent import prompts, vision
 from ragen_envs.agent.parsing import parse_response
 from ragen_envs.base import check_choices, check_positive_int, observation_text
 from ragen_envs.registry import ENVIRONMENTS
@@ -52,11 +57,16 @@ class ChatEnvConfig:
     # the reply budget each turn's prompt states: "env", the env's own (its catalogue entry's max_tokens,
     # as RAGEN's prompts state it), else the rollout's max_new_tokens; "rollout", always the latter
     length_line: Literal["env", "rollout"] = "env"
+    # images kept in the history (the latest; older ones become a line of text): each costs the context
+    # its placeholder tokens take. None: all of them
+    max_images: int | None = None
 
     def __post_init__(self):
         check_choices(self)
         check_positive_int("max_actions_per_turn", self.max_actions_per_turn)
         check_positive_int("max_turns", self.max_turns)
+        if self.max_images is not None:
+            check_positive_int("max_images", self.max_images)
 
 
 class ChatEnv:
@@ -80,7 +90,10 @@ class ChatEnv:
                             f"valid_actions, parse_action); {self.env_id}: {error}") from None
         # Open-text tasks take the whole answer as one action.
         self.max_actions = self.config.max_actions_per_turn if self.valid_actions else 1
-        self.messages: list[dict[str, str]] = []
+        self.messages: list[dict] = []
+        # the history before the last user message was rewritten (max_images): a prompt built up turn
+        # by turn no longer matches it
+        self.history_rewritten = False
         self.turns: list[TurnRecord] = []
         self.reset_info: dict = {}  # the env's info at the last reset (e.g. optimal_solution_length)
         self.done = False
@@ -95,7 +108,7 @@ class ChatEnv:
         obs, info = self.env.reset(seed=seed, options=options)
         self.instructions = self.env.get_wrapper_attr("instructions")  # an env may word them per episode
         self.turns, self.done, self.success, self.episode_return = [], False, False, 0.0
-        self.reset_info = info
+        self.reset_info, self.history_rewritten = info, False
         c = self.config
         self.messages = [
             {"role": "system", "content": prompts.system_prompt(
@@ -151,15 +164,40 @@ class ChatEnv:
             if obs is None:  # nothing was played: show the unchanged state again
                 obs = self._last_observation
             self.messages.append({"role": "user", "content": self._turn_message(obs, feedback)})
+            self.history_rewritten = self._drop_old_images()
         return record
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _turn_message(self, obs: Any, feedback: str) -> str:
+    @property
+    def images(self) -> list[np.ndarray]:
+        """The images the conversation shows, in order."""
+        return vision.message_images(self.messages)
+
+    def _turn_message(self, obs: Any, feedback: str) -> str | list[dict]:
         self._last_observation = obs
-        text = observation_text(obs)
+        image = obs if isinstance(obs, np.ndarray) else obs.get("image") if isinstance(obs, dict) else None
+        text = prompts.IMAGE_OBSERVATION if isinstance(obs, np.ndarray) else observation_text(obs)
         c = self.config
-        return prompts.turn_prompt(len(self.turns) + 1, text, self.valid_actions, c.max_turns - len(self.turns),
+        turn = prompts.turn_prompt(len(self.turns) + 1, text, self.valid_actions, c.max_turns - len(self.turns),
                                    self.max_actions, c.enable_think, feedback, self.max_response_tokens)
+        if image is None:
+            return turn
+        return [{"type": "image", "image": image}, {"type": "text", "text": turn}]
+
+    def _drop_old_images(self) -> bool:
+        """Replace all but the latest ``max_images`` images with a line of text; True if any was."""
+        extra = len(self.images) - (self.config.max_images or len(self.images))
+        if extra <= 0:
+            return False
+        for m in self.messages:
+            if isinstance(m["content"], list):
+                parts = []
+                for part in m["content"]:
+                    if part.get("type") == "image" and extra > 0:
+                        part, extra = {"type": "text", "text": prompts.IMAGE_DROPPED}, extra - 1
+                    parts.append(part)
+                m["content"] = parts
+        return True
 
     def close(self) -> None:
         self.env.close()

@@ -132,14 +132,43 @@ def resolve_model(model: str | os.PathLike | None) -> str:
     return str(path) if path.exists() else str(model)
 
 
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")  # what a vision-language model has
+
+
+def is_vision_model(model: str | os.PathLike | None) -> bool:
+    """A vision-language model: its folder (or cached hub files) hold an image processor's config."""
+    if model is None:
+        return False
+    path = Path(str(model)).expanduser()
+    if path.exists():
+        return any((path / name).is_file() for name in PROCESSOR_FILES)
+    import huggingface_hub
+
+    return any(isinstance(huggingface_hub.try_to_load_from_cache(str(model), name), str) for name in PROCESSOR_FILES)
+
+
+def load_processor(model: str | os.PathLike | None):
+    """A vision-language model's processor (tokenizer + image processor), else None."""
+    if model is None or not isinstance(model, (str, os.PathLike)):
+        return None
+    path = resolve_model(model)  # a clear error for a model that is not there
+    if not is_vision_model(path):
+        return None
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(path)
+
+
 def load_model(model: str | os.PathLike | None, dtype, tokenizer=None):
     """(model, tokenizer) from a path or hub id (None: the embedded default), with one progress line;
-    ``tokenizer`` (a path, id or object) overrides the model's own."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    ``tokenizer`` (a path, id or object) overrides the model's own. A vision-language model loads as
+    ``AutoModelForImageTextToText`` (its processor: ``load_processor``)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     path = resolve_model(model)
+    loader = AutoModelForImageTextToText if is_vision_model(path) else AutoModelForCausalLM
     with progress.step(f"loading model {path}"):
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        lm = loader.from_pretrained(path, dtype=dtype)
         tokenizer = tokenizer if tokenizer is not None else path
         if isinstance(tokenizer, (str, os.PathLike)):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer)

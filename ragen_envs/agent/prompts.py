@@ -46,6 +46,11 @@ REMINDER_THINK = (
 )
 REMINDER_NO_THINK = "Always output: <answer> [{what}] </answer> with no extra text. Strictly follow this format."
 
+# the observation line of a turn whose observation is an image alone, and what replaces an image
+# dropped from the history (ChatEnvConfig.max_images)
+IMAGE_OBSERVATION = "(the image above)"
+IMAGE_DROPPED = "(an earlier image, no longer shown)"
+
 FEEDBACK_REWARD = "Reward:\n{reward:g}\n"  # RAGEN's reward message
 FEEDBACK_INVALID = "Your last reply was invalid: {why}. Nothing happened (format penalty {penalty:+.2f}).\n"
 FEEDBACK_SOME_INVALID = "Ignored invalid actions: {actions}.\n"

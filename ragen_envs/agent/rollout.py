@@ -8,7 +8,10 @@ drop out. Envs step in a thread pool when ``env_workers > 1`` (slow envs: code e
 
 Prompts are kept in token space (``chat_encoding.extend``): turn t+1's prompt is turn t's prompt,
 the tokens the model generated, and the new environment message, so a trainer that replays the
-stored ``prompt_ids`` sees exactly what the model saw.
+stored ``prompt_ids`` sees exactly what the model saw. A prompt carries the images its messages show
+(``TokenPrompt``); a backend that takes images only in chat messages (``Policy.chat_images``) is sent
+the messages instead, and a history whose old images were dropped (``ChatEnvConfig.max_images``) is
+encoded again from its messages.
 
 Context cap: when a prompt would exceed ``max_prompt_tokens``, the oldest complete turns (a user
 message with the assistant reply after it) are dropped, the system message and the latest user
@@ -26,8 +29,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from ragen_envs.agent import chat_encoding
-from ragen_envs.agent.backends.base import Policy, SamplingConfig
+from ragen_envs.agent import chat_encoding, vision
+from ragen_envs.agent.backends.base import Policy, Prompt, SamplingConfig, TokenPrompt
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
 from ragen_envs.agent.parsing import THINK_OPEN
 from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
@@ -140,7 +143,7 @@ class RolloutRunner:
         of the run; given seeds leave that sequence where it was)."""
         c, policy = self.config, self.policy
         envs, trajectories, given = self._start(seeds)
-        prompts: list[list[int] | None] = [None] * len(envs)
+        prompts: list[TokenPrompt | None] = [None] * len(envs)
         policy.reset_cache()  # nothing kept by earlier calls is reused (or held in memory) by this batch
         dropped = [0] * len(envs)
         active = list(range(len(envs)))
@@ -154,7 +157,7 @@ class RolloutRunner:
                 if progress:
                     progress(turn, len(active))
                 sampling = replace(c.sampling, seed=self._sampling_seed(turn))
-                generations = policy.generate([prompts[i] for i in active], sampling)
+                generations = policy.generate([self._request(i, envs, prompts, dropped) for i in active], sampling)
                 # With a prefilled <think>, the reply's text starts with it, as its tokens follow it.
                 replies = [self.prefill + gen.text for gen in generations]
 
@@ -191,18 +194,33 @@ class RolloutRunner:
                                            env_kwargs=self.env_kwargs.get(env.env_id, {})))
         return envs, trajectories, given
 
+    def _request(self, i: int, envs, prompts, dropped) -> Prompt:
+        """What the policy is sent for episode i: its prompt, or, where images travel only in chat
+        messages, the messages it holds (the reply's prefill as an assistant message to continue)."""
+        if not (self.policy.chat_images and prompts[i].images):
+            return prompts[i]
+        messages = envs[i].messages
+        kept = [messages[0], *messages[1 + dropped[i]:]]
+        return kept + ([{"role": "assistant", "content": self.prefill}] if self.prefill else [])
+
     def _record(self, i: int, gen, reply: str, record, envs, prompts, dropped, trajectories) -> None:
         """Store episode i's turn and, unless it ended, extend its prompt with the reply and the env's answer."""
-        tok, c = self.policy.tokenizer, self.config
+        tok, c = self.policy.encoder, self.config
         start, end = think_span(tok, gen.token_ids, bool(self.prefill)) if c.chat.enable_think else (None, None)
         trajectories[i].turns.append(Turn(
             prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
             response=reply, reasoning=record.reasoning, actions=record.actions,
             reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
             think_start=start, think_end=end, messages_dropped=dropped[i],
-            entropies=gen.entropies))
-        if not envs[i].done:
-            prompts[i] = chat_encoding.extend(tok, prompts[i], gen.token_ids, envs[i].messages, self.prefill)
+            entropies=gen.entropies, images=prompts[i].images))
+        if envs[i].done:
+            return
+        if envs[i].history_rewritten:  # earlier messages changed: encoded again from them next turn
+            prompts[i] = None
+            return
+        messages = envs[i].messages
+        prompts[i] = TokenPrompt(chat_encoding.extend(tok, prompts[i], gen.token_ids, messages, self.prefill),
+                                 [*prompts[i].images, *vision.message_images(messages[-1:])])
 
     def _finish(self, envs, trajectories, given: bool) -> None:
         for traj, env in zip(trajectories, envs):
@@ -219,14 +237,15 @@ class RolloutRunner:
         limit = self.max_prompt_tokens
         messages = envs[i].messages
         if prompts[i] is None:
-            prompts[i] = self.policy.encode_chat(messages) + self.prefill_ids
+            prompts[i] = TokenPrompt(self.policy.encode_chat(messages) + self.prefill_ids,
+                                     vision.message_images(messages))
         if len(prompts[i]) <= limit:
             return False
         for k in range(2, len(messages) - 1, 2):  # drop (user, assistant) pairs after the system message
             kept = [messages[0], *messages[1 + k:]]
             ids = self.policy.encode_chat(kept) + self.prefill_ids
             if len(ids) <= limit:
-                prompts[i], dropped[i] = ids, k
+                prompts[i], dropped[i] = TokenPrompt(ids, vision.message_images(kept)), k
                 return False
         envs[i].done = True
         trajectories[i].context_overflow = True

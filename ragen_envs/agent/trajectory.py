@@ -1,4 +1,6 @@
-"""Rollout records: one ``Trajectory`` per episode, one ``Turn`` per model reply; JSONL in and out."""
+"""Rollout records: one ``Trajectory`` per episode, one ``Turn`` per model reply; JSONL in and out.
+
+Images (a visual env's observations) are arrays in memory and PNG data URIs in JSON (``vision``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterable
 
+from ragen_envs.agent import vision
+from ragen_envs.agent.backends.base import TokenPrompt
 from ragen_envs.agent.parsing import THINK_CLOSE, THINK_OPEN
 
 
@@ -27,6 +31,7 @@ class Turn:
     think_end: int | None = None
     messages_dropped: int = 0  # oldest messages left out of this prompt to fit the context (0: none)
     entropies: list[float] | None = None  # sampling entropy per generated token (None: not reported)
+    images: list = field(default_factory=list)  # the images prompt_ids' placeholders stand for, in order
 
     @property
     def reasoning_ids(self) -> list[int]:
@@ -35,10 +40,10 @@ class Turn:
         return self.response_ids[self.think_start:self.think_end]
 
     @property
-    def reasoning_prompt_ids(self) -> list[int]:
-        """X: the prompt up to and including ``<think>``."""
+    def reasoning_prompt_ids(self) -> TokenPrompt:
+        """X: the prompt up to and including ``<think>`` (with its images)."""
         start = 0 if self.think_start is None else self.think_start
-        return [*self.prompt_ids, *self.response_ids[:start]]
+        return TokenPrompt([*self.prompt_ids, *self.response_ids[:start]], self.images)
 
 
 @dataclass
@@ -48,6 +53,7 @@ class Segment:
     ids: list[int]
     generated: list[int]  # 1 where the model generated the token, 0 on prompt and env tokens
     logprobs: list[float]  # the sampling log-probability of generated tokens, 0.0 elsewhere
+    images: list = field(default_factory=list)  # the images its placeholders stand for, in order
 
 
 @dataclass
@@ -83,6 +89,7 @@ class Trajectory:
                 last, env = Segment([], [], []), list(turn.prompt_ids)
                 out.append(last)
             last.ids.extend([*env, *turn.response_ids])
+            last.images = list(turn.images)  # the latest prompt shows every image of the chain
             last.generated.extend([0] * len(env) + [1] * len(turn.response_ids))
             last.logprobs.extend([0.0] * len(env) + list(turn.logprobs))
         return out
@@ -98,12 +105,18 @@ class Trajectory:
         return sum(len(t.response_ids) for t in self.turns) / len(self.turns) if self.turns else 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["messages"] = vision.to_json(data["messages"])
+        for turn in data["turns"]:
+            turn["images"] = [vision.data_uri(image) for image in turn["images"]]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trajectory":
         data = dict(data)
-        turns = [Turn(**t) for t in data.pop("turns", [])]
+        data["messages"] = vision.from_json(data.get("messages", []))
+        turns = [Turn(**{**t, "images": [vision.from_data_uri(i) for i in t.get("images", [])]})
+                 for t in data.pop("turns", [])]
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:

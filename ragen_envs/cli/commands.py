@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from ragen_envs import __version__
+from ragen_envs.agent import vision
 from ragen_envs.cli import args as cli_args
 from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
@@ -112,7 +113,7 @@ def cmd_eval(args) -> int:
         print(f"trajectories saved to {args.save}")
     if args.show:
         for m in trajectories[0].messages:
-            print(f"--- {m['role']}\n{m['content']}")
+            print(f"--- {m['role']}\n{vision.message_text(m['content'], images=True)}")
     return 0
 
 

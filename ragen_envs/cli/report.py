@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ragen_envs.agent import vision
 from ragen_envs.agent.trajectory import Trajectory, load_jsonl
 from ragen_envs.base import observation_text
 from ragen_envs.rendering import png_bytes
@@ -72,7 +73,7 @@ def replay(trajectory: Trajectory, images: bool = True) -> Replay | None:
         env = gym.make(trajectory.env_id, **kwargs)
         options = None if trajectory.transition_seed is None else {"transition_seed": trajectory.transition_seed}
         obs, _ = env.reset(seed=trajectory.seed, options=options)
-        if len(trajectory.messages) < 2 or observation_text(obs) not in trajectory.messages[1]["content"]:
+        if len(trajectory.messages) < 2 or not _shows(trajectory.messages[1], obs):
             return None
         frames = [env.render()] if draws else None
         ended = None
@@ -92,6 +93,13 @@ def replay(trajectory: Trajectory, images: bool = True) -> Replay | None:
         ended = "the prompt outgrew the context" if trajectory.context_overflow else \
             f"not over after {trajectory.num_turns} turns (the turn limit)"
     return Replay(frames, ended, env.unwrapped)
+
+
+def _shows(message: dict, obs) -> bool:
+    """The recorded message shows observation ``obs`` (its image, else its text)."""
+    if isinstance(obs, np.ndarray):
+        return any(np.array_equal(image, obs) for image in vision.message_images([message]))
+    return observation_text(obs) in vision.message_text(message["content"])
 
 
 def tile_image(tile: np.ndarray, symbol: str) -> str:
@@ -114,7 +122,7 @@ def legend(env, images: bool = True) -> str:
 
 
 def _user_messages(trajectory: Trajectory) -> list[str]:
-    return [m["content"] for m in trajectory.messages if m["role"] == "user"]
+    return [vision.message_text(m["content"], images=True) for m in trajectory.messages if m["role"] == "user"]
 
 
 def _first_reasoning(trajectory: Trajectory) -> str:

@@ -209,7 +209,9 @@ def test_env_mix_and_thread_pool(scripted):
 
 
 @pytest.mark.parametrize("env_id", env_params(sorted(ENVIRONMENTS)))
-def test_full_rollout_with_a_tiny_model_on_every_env(env_id, tiny_policy, tmp_path):
+def test_full_rollout_with_a_tiny_model_on_every_env(env_id, request, tmp_path):
+    """A visual env's with the tiny vision-language model, the others' with the tiny text model."""
+    tiny_policy = request.getfixturevalue("tiny_vlm" if ENVIRONMENTS[env_id].visual else "tiny_policy")
     config = RolloutConfig(n_groups=2, group_size=2, chat=ChatEnvConfig(max_turns=2),
                            sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=0))
     trajs = RolloutRunner(env_id, tiny_policy, config).collect()

@@ -9,6 +9,7 @@ import pytest
 
 from ragen_envs.cli import main, parse
 from ragen_envs.cli.commands import COLUMNS
+from ragen_envs.agent import vision
 from ragen_envs.registry import ENVIRONMENTS, env_for, load_class
 from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS
 
@@ -39,15 +40,16 @@ def test_eval_prints_a_dash_where_random_actions_do_not_exist(model_dir, capsys)
     assert rows[OPEN_TEXT][random] == "-" and rows[SMOKE][random] != "-" and "nan" not in " ".join(rows[OPEN_TEXT])
 
 
-def test_eval_with_ragens_validation_preset_runs_on_every_catalogue_env(model_dir, tmp_path, capsys):
+def test_eval_with_ragens_validation_preset_runs_on_every_catalogue_env(model_dir, tiny_vlm_path, tmp_path, capsys):
     for env_id in USABLE_IDS:  # RAGEN's turns and env settings per env, one short episode each here
         out = tmp_path / f"{env_id.split('/')[1]}.jsonl"
+        model = str(tiny_vlm_path) if ENVIRONMENTS[env_id].visual else model_dir  # images: a vision-language model
         assert main(["eval", "--preset", "ragen2-main", "--env", env_id, "--groups", "1", "--max-turns", "1",
-                     "--max-new-tokens", "4", "--model", model_dir, "--save", str(out)]) == 0, env_id
+                     "--max-new-tokens", "4", "--model", model, "--save", str(out)]) == 0, env_id
         episode = json.loads(out.read_text())
         assert episode["seed"] == 123 and episode["env_id"] == env_id
         stated = ENVIRONMENTS[env_id].max_tokens  # the length line says the env's own budget
-        assert f"Max response length: {stated} words" in episode["messages"][1]["content"]
+        assert f"Max response length: {stated} words" in vision.message_text(episode["messages"][1]["content"])
 
 
 def test_train_then_plot(model_dir, tmp_path, capsys):

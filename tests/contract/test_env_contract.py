@@ -9,12 +9,14 @@ import pickle
 import subprocess
 import sys
 
+import hashlib
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from ragen_envs.agent import ChatEnv, ChatEnvConfig
+from ragen_envs.agent import ChatEnv, ChatEnvConfig, vision
 from ragen_envs.base import INFO_KEYS
 from ragen_envs.registry import ENVIRONMENTS
 from conftest import env_params
@@ -35,6 +37,9 @@ def any_env_id(request):
 
 
 def _text(obs):
+    """What an observation says, comparable: its text, or an image's pixels as a hash."""
+    if isinstance(obs, np.ndarray):
+        return f"image {obs.shape} {hashlib.sha1(obs.tobytes()).hexdigest()}"
     return obs["text"] if isinstance(obs, dict) else obs
 
 
@@ -198,11 +203,11 @@ def test_sync_and_async_vector_envs_agree(any_env_id):
         actions = _actions(vecs[0].envs[0])
         runs = [[], []]
         for out, vec in zip(runs, vecs):
-            out.append(tuple(vec.reset(seed=11)[0]))
+            out.append(tuple(_text(o) for o in vec.reset(seed=11)[0]))
             for t in range(8):
                 step = tuple(actions[(t + k) % len(actions)] for k in range(3))
                 obs, reward, term, trunc, _ = vec.step(step)
-                out.append((tuple(obs), reward.tolist(), term.tolist(), trunc.tolist()))
+                out.append((tuple(_text(o) for o in obs), reward.tolist(), term.tolist(), trunc.tolist()))
         assert runs[0] == runs[1]
     finally:
         for vec in vecs:
@@ -223,7 +228,7 @@ def _chat_episode(chat, seed):
         if chat.done:
             break
         chat.step(reply)
-    return messages + chat.messages[len(messages):], chat.episode_return
+    return vision.to_json(messages + chat.messages[len(messages):]), chat.episode_return
 
 
 class _UserWrapper(gym.Wrapper):
@@ -271,4 +276,5 @@ def test_terminal_states_are_absorbing(any_env_id):
 def test_ansi_render_is_the_text(any_env_id):
     env = gym.make(any_env_id, render_mode="ansi")
     obs, _ = env.reset(seed=0)
-    assert env.render() == _text(obs)
+    # an env seen as an image still renders its text form for a terminal
+    assert env.render() == (env.unwrapped.text_observation() if isinstance(obs, np.ndarray) else _text(obs))

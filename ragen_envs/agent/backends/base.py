@@ -5,6 +5,10 @@ or token-id lists (used as they are: the rollout runner builds multi-turn prompt
 see ``ragen_envs.agent.chat_encoding``) and returns one ``Generation`` per prompt.
 ``score(prompt_ids, continuations)`` teacher-forces each continuation after the shared prompt and
 returns per-token log-probabilities; the prompt's prefix is computed once for all continuations.
+
+Images (``vision``): a chat prompt carries its own, in its messages; token ids carry theirs as a
+``TokenPrompt`` (ids with ``images``, in the order of their placeholders). A backend that takes images
+only inside chat messages (an OpenAI-compatible server) says so with ``chat_images``.
 """
 
 from __future__ import annotations
@@ -15,10 +19,22 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ragen_envs.agent.chat_encoding import Message, encode_chat
+from ragen_envs.agent import vision
+from ragen_envs.agent.chat_encoding import Message, encode_chat, tokenize
 from ragen_envs.base import check_positive_int
 
-Prompt = list[Message] | list[int]
+Images = list[np.ndarray]  # one prompt's images
+
+
+class TokenPrompt(list):
+    """Token ids that carry the images their placeholders stand for (``images``, in order)."""
+
+    def __init__(self, ids=(), images: Images = ()):
+        super().__init__(ids)
+        self.images = list(images)
+
+
+Prompt = list[Message] | list[int]  # a token-id prompt may be a TokenPrompt
 
 
 @dataclass
@@ -62,6 +78,10 @@ class Policy(ABC):
     tokenizer: Any
     #: the model's context window in tokens
     max_context: int
+    #: a vision-language model's processor (tokenizer + image processor); None: text only
+    processor: Any = None
+    #: images reach the model only inside chat messages (token-id prompts cannot carry them)
+    chat_images: bool = False
 
     @abstractmethod
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
@@ -69,17 +89,35 @@ class Policy(ABC):
 
     @abstractmethod
     def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
-        ...
+        """``prompt_ids`` may be a ``TokenPrompt``: the continuations are scored after its images too."""
 
     def reset_cache(self) -> None:
         """Drop whatever a backend keeps from one ``generate`` call to the next (the transformers
         backend's per-episode KV caches): the weights may change before the next call."""
 
+    @property
+    def encoder(self):
+        """What turns chat text into ids: the processor of a vision-language model, else the tokenizer."""
+        return self.processor if self.processor is not None else self.tokenizer
+
     def encode_chat(self, messages: list[Message]) -> list[int]:
         """Token ids of a conversation, ending with the assistant's generation prompt."""
-        return encode_chat(self.tokenizer, messages)
+        self.prompt_images(messages)  # a clear error where images meet a text-only model
+        return encode_chat(self.encoder, messages)
+
+    def prompt_images(self, prompt: Prompt) -> Images:
+        """A prompt's images (a chat prompt's, or a ``TokenPrompt``'s); a clear error when the model
+        cannot see them."""
+        images = vision.message_images(prompt) if is_chat(prompt) else list(getattr(prompt, "images", ()))
+        if images and self.processor is None and not self.chat_images:
+            raise ValueError("the prompt shows images, but this model has no image processor: use a "
+                             "vision-language model (a folder with a processor), or a text env")
+        return images
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
+        """A prompt's token ids; a chat ending with an assistant message is continued from its text."""
+        if is_chat(prompt) and prompt[-1]["role"] == "assistant":
+            return self.encode_chat(prompt[:-1]) + tokenize(self.encoder, prompt[-1]["content"])
         if is_chat(prompt):
             return self.encode_chat(prompt)
         return [int(t) for t in prompt]

@@ -1,8 +1,11 @@
 """OpenAI-compatible HTTP backend (``vllm serve`` and other servers), with ``requests``.
 
 Token-id prompts go to ``/v1/completions`` (the OpenAI API accepts a list of token ids as the prompt),
-chat prompts to ``/v1/chat/completions``. Generated tokens come back as ids when the server supports
-vLLM's ``return_tokens_as_token_ids``; otherwise they are looked up in the local tokenizer.
+chat prompts to ``/v1/chat/completions``: those without a tokenizer here, and every chat showing images
+(each an ``image_url`` holding a base64 PNG data URI; the rollout runner sends visual envs' turns as chats,
+``chat_images``). A chat ending with an assistant message is continued (vLLM's ``continue_final_message``).
+Generated tokens come back as ids when the server supports vLLM's ``return_tokens_as_token_ids``;
+otherwise they are looked up in the local tokenizer.
 Scoring uses vLLM's ``prompt_logprobs`` on ``/v1/completions``; servers without it get a clear error.
 
 Errors: connection failures and 429/5xx answers are retried ``max_retries`` times with a short
@@ -19,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ragen_envs.agent import vision
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig, is_chat
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -34,13 +38,16 @@ class OpenAIPolicy(Policy):
     Args:
         base_url: e.g. "http://127.0.0.1:8000/v1".
         model: the model name the server knows.
-        tokenizer: the model's tokenizer (a path, id or object), for chat templates and token ids.
+        tokenizer: the model's tokenizer (a path, id or object), for chat templates and token ids; a
+            vision-language model's path loads its processor (the ids of image placeholders).
         api_key: sent as a bearer token when given.
         timeout: seconds per request.
         max_retries: retries on connection errors and 429/5xx.
         max_concurrency: requests in flight at once (the server batches them).
         max_context: the model's context window.
     """
+
+    chat_images = True  # a completions request takes token ids, not images
 
     def __init__(self, base_url: str, model: str, tokenizer=None, api_key: str | None = None,
                  timeout: float = 120.0, max_retries: int = 2, backoff: float = 0.5,
@@ -53,7 +60,12 @@ class OpenAIPolicy(Policy):
         if isinstance(tokenizer, str):
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            from ragen_envs.agent.default_model import load_processor
+
+            self.processor = load_processor(tokenizer)
+            tokenizer = self.processor.tokenizer if self.processor else AutoTokenizer.from_pretrained(tokenizer)
+        elif vision.is_processor(tokenizer):
+            self.processor, tokenizer = tokenizer, tokenizer.tokenizer
         self.tokenizer = tokenizer
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.max_concurrency = max_concurrency
@@ -123,9 +135,15 @@ class OpenAIPolicy(Policy):
 
     def _generate_one(self, prompt: Prompt, sampling: SamplingConfig, index: int) -> Generation:
         payload = self._sampling_payload(sampling, index)
-        prompt_ids = self.prompt_ids(prompt) if self.tokenizer is not None or not is_chat(prompt) else []
-        if is_chat(prompt) and self.tokenizer is None:
-            payload.update(messages=prompt, logprobs=True)
+        images = vision.message_images(prompt) if is_chat(prompt) else getattr(prompt, "images", [])
+        if images and not is_chat(prompt):
+            raise ValueError("token-id prompts cannot carry images to an OpenAI server: send the chat messages")
+        known = not is_chat(prompt) or (self.tokenizer is not None and (not images or self.processor is not None))
+        prompt_ids = self.prompt_ids(prompt) if known else []
+        if is_chat(prompt) and (self.tokenizer is None or images):
+            payload.update(messages=vision.openai_messages(prompt), logprobs=True)
+            if prompt[-1]["role"] == "assistant":  # vLLM's way to continue a reply already begun
+                payload.update(continue_final_message=True, add_generation_prompt=False)
             choice = self._first_choice(self._post("/chat/completions", payload))
             text = (choice.get("message") or {}).get("content") or ""
             entries = ((choice.get("logprobs") or {}).get("content")) or []

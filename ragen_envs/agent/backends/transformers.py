@@ -11,6 +11,11 @@ previous turn are kept (``reuse_cache``) and only the new tokens are prefilled. 
 one ``generate`` call to the next and are dropped when a weight changes (an optimizer step bumps the
 parameters' version counters) and by ``reset_cache()`` (the rollout runner calls it at the start and
 end of every batch).
+
+A vision-language model (a folder with a processor, e.g. SmolVLM's Idefics3) takes the same loop: its
+prompts' image placeholders are tokens, and each forward pass gets the pixels of the images whose
+placeholders it runs (``vision``). Kept caches and equal-prompt sharing key a prompt by its ids and its
+images' digests.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
-from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
-from ragen_envs.agent.default_model import load_model
+from ragen_envs.agent import vision
+from ragen_envs.agent.backends.base import Generation, Images, Policy, Prompt, SamplingConfig
+from ragen_envs.agent.default_model import load_model, load_processor
 
 
 def forward(model, cache=None, **kwargs):
@@ -69,14 +75,17 @@ class TransformersPolicy(Policy):
         batch_size: most prompts per forward pass in ``generate`` and continuations in ``score``.
         reuse_cache: keep each reply's KV cache for the next turn, whose prompt extends it (see the
             module docstring); False recomputes every prompt in full.
+        processor: a vision-language model's processor; loaded from ``model``'s path when it has one.
     """
 
     def __init__(self, model=None, tokenizer=None, device: str | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 32, reuse_cache: bool = True):
+                 dtype: torch.dtype | None = None, batch_size: int = 32, reuse_cache: bool = True,
+                 processor=None):
         self.device = pick_device(device)
         if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             if dtype is None:
                 dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+            processor = processor or load_processor(model)
             model, tokenizer = load_model(model, dtype, tokenizer)
             self.model = model.to(self.device)
         else:
@@ -90,13 +99,18 @@ class TransformersPolicy(Policy):
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
+        self.processor = processor
+        self.image_tokens = vision.ImageTokens(processor) if processor is not None else None
         self.batch_size = batch_size
-        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        config = getattr(self.model.config, "text_config", None) or self.model.config
+        self.max_context = int(getattr(config, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids()
         self.reuse_cache = reuse_cache
-        # token ids (prompt + reply but its last token) -> per layer (keys, values), each (heads, length, dim)
-        self._kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        self._scored: tuple[list[int], list] | None = None  # score's last prompt and its (keys, values)
+        # (token ids (prompt + reply but its last token), their images' digests) -> per layer (keys, values),
+        # each (heads, length, dim)
+        self._kept: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        # score's last prompt, its images' digests and its (keys, values)
+        self._scored: tuple[list[int], tuple, list] | None = None
         self._kept_version = self._weights_version()
         self.prefilled_tokens = 0  # prompt tokens run through the model by generate (for benchmarks)
         self.prompt_tokens_scored = 0  # prompt tokens run through the model by score
@@ -125,23 +139,44 @@ class TransformersPolicy(Policy):
 
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
         ids = [self.prompt_ids(p) for p in prompts]
+        images = [self.prompt_images(p) for p in prompts]
         self._check_weights()
         previous, self._kept = self._kept, {}
         out: list[Generation] = []
         for start in range(0, len(ids), self.batch_size):
-            chunk = ids[start:start + self.batch_size]
-            seeds = None if sampling.seed is None else [sampling.seed + start + i for i in range(len(chunk))]
-            out.extend(self._generate_batch(chunk, sampling, seeds, previous))
+            end = start + self.batch_size
+            seeds = None if sampling.seed is None else [sampling.seed + start + i for i in range(len(ids[start:end]))]
+            out.extend(self._generate_batch(ids[start:end], images[start:end], sampling, seeds, previous))
         return out
 
-    def _find_kept(self, prompt: list[int], kept: dict) -> int:
-        """Length of the longest kept token sequence that is a proper prefix of ``prompt`` (0: none)."""
-        for length in sorted({len(key) for key in kept}, reverse=True):
-            if length < len(prompt) and tuple(prompt[:length]) in kept:
+    def _images_in(self, ids) -> int:
+        """How many images' placeholders start in ``ids``."""
+        return self.image_tokens.count(ids) if self.image_tokens is not None else 0
+
+    def _key(self, ids, images) -> tuple:
+        """What keys a prompt (or a prefix of one): its ids and the digests of the images in them."""
+        return tuple(ids), vision.digests(images[:self._images_in(ids)])
+
+    def _find_kept(self, prompt: list[int], images: Images, kept: dict) -> int:
+        """Length of the longest kept prefix of ``prompt`` (its ids and images) that is a proper one (0: none)."""
+        for length in sorted({len(key[0]) for key in kept}, reverse=True):
+            if length < len(prompt) and self._key(prompt[:length], images) in kept:
                 return length
         return 0
 
-    def _prefill(self, prompt_ids: list[list[int]], kept: dict):
+    def _pixels(self, rows: list[tuple[list[int], Images]]) -> dict:
+        """The pixel inputs of a forward pass running each row's ``ids`` (the new part of a prompt whose
+        images are ``images``): the images whose placeholders those ids hold, the rows in order."""
+        if self.processor is None:
+            return {}
+        for ids, images in rows:  # placeholders without their image would run as plain tokens, silently
+            if self._images_in(ids) > len(images):
+                raise ValueError(f"the prompt holds {self._images_in(ids)} image placeholder(s) but carries "
+                                 f"{len(images)} image(s): pass its images (a TokenPrompt, or the chat messages)")
+        shown = [image for ids, images in rows for image in images[len(images) - self._images_in(ids):]]
+        return vision.pixel_inputs(self.processor, shown, self.device)
+
+    def _prefill(self, prompt_ids: list[list[int]], images: list[Images], kept: dict):
         """Run the prompts (their new tokens only, where a kept cache covers the rest); return
         (logits, cache, mask, positions).
 
@@ -149,7 +184,7 @@ class TransformersPolicy(Policy):
         hides both paddings and positions count real tokens only, so each row computes what it would alone.
         """
         n = len(prompt_ids)
-        past = [self._find_kept(p, kept) if self.reuse_cache else 0 for p in prompt_ids]
+        past = [self._find_kept(p, i, kept) if self.reuse_cache else 0 for p, i in zip(prompt_ids, images)]
         new = [p[k:] for p, k in zip(prompt_ids, past)]
         past_width, width = max(past), max(len(x) for x in new)
         self.prefilled_tokens += sum(len(x) for x in new)
@@ -167,13 +202,14 @@ class TransformersPolicy(Policy):
             layers = []
             for layer in range(len(next(iter(kept.values())))):
                 keys, values = [], []
-                for p, prompt in zip(past, prompt_ids):
-                    k, v = kept[tuple(prompt[:p])][layer] if p else self._empty_kv(kept, layer)
+                for p, prompt, shown in zip(past, prompt_ids, images):
+                    k, v = kept[self._key(prompt[:p], shown)][layer] if p else self._empty_kv(kept, layer)
                     keys.append(torch.nn.functional.pad(k, (0, 0, past_width - p, 0)))
                     values.append(torch.nn.functional.pad(v, (0, 0, past_width - p, 0)))
                 layers.append((torch.stack(keys), torch.stack(values)))
             cache = DynamicCache(ddp_cache_data=layers)
-        logits, cache = forward(self.model, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        logits, cache = forward(self.model, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                **self._pixels(list(zip(new, images))))
         return logits, cache, mask, positions
 
     @staticmethod
@@ -181,35 +217,43 @@ class TransformersPolicy(Policy):
         k, v = next(iter(kept.values()))[layer]
         return k[:, :0], v[:, :0]
 
-    def _prompt_forward(self, prompt_ids: list[int]):
+    def _prompt_forward(self, prompt_ids: list[int], images: Images):
         """(logits, cache) of a prompt, reusing the previous ``score`` prompt's keys and values up to the
-        prefix both share (at least the last token is always run: its logits predict the continuation)."""
+        prefix both share, images included (at least the last token is always run: its logits predict
+        the continuation)."""
         shared, past = 0, None
         self._check_weights()
+        shown = vision.digests(images)
         if self.reuse_cache and self._scored is not None:
-            previous, layers = self._scored
+            previous, previous_shown, layers = self._scored
             limit = min(len(previous), len(prompt_ids) - 1)
             while shared < limit and previous[shared] == prompt_ids[shared]:
                 shared += 1
+            same = 0  # images alike in both, in order
+            while same < min(len(shown), len(previous_shown)) and shown[same] == previous_shown[same]:
+                same += 1
+            if self._images_in(prompt_ids[:shared]) > same:  # the shared ids hold an image that differs
+                shared = min(shared, self.image_tokens.start(prompt_ids, same))
             if shared:
                 past = DynamicCache(ddp_cache_data=[(k[:, :, :shared], v[:, :, :shared]) for k, v in layers])
         positions = torch.arange(shared, len(prompt_ids), device=self.device)[None]
         logits, cache = forward(self.model, past, input_ids=torch.tensor([prompt_ids[shared:]], device=self.device),
-                                position_ids=positions)
+                                position_ids=positions, **self._pixels([(prompt_ids[shared:], images)]))
         self.prompt_tokens_scored += len(prompt_ids) - shared
         if self.reuse_cache:
-            self._scored = (prompt_ids, [(layer.keys, layer.values) for layer in cache.layers])
+            self._scored = (prompt_ids, shown, [(layer.keys, layer.values) for layer in cache.layers])
         return logits, cache
 
-    def _keep(self, cache, k: int, mask: torch.Tensor, tokens: tuple[int, ...]) -> None:
-        """Keep cache row ``k`` (its real positions, which hold ``tokens``) for the next call."""
+    def _keep(self, cache, k: int, mask: torch.Tensor, tokens: tuple[int, ...], images: Images) -> None:
+        """Keep cache row ``k`` (its real positions, which hold ``tokens`` showing ``images``) for the next call."""
         if not self.reuse_cache:
             return
         real = mask[k].bool()
-        self._kept[tokens] = [(layer.keys[k][:, real], layer.values[k][:, real]) for layer in cache.layers]
+        self._kept[self._key(tokens, images)] = [(layer.keys[k][:, real], layer.values[k][:, real])
+                                                 for layer in cache.layers]
 
     @torch.no_grad()
-    def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingConfig,
+    def _generate_batch(self, prompt_ids: list[list[int]], images: list[Images], sampling: SamplingConfig,
                         seeds: list[int] | None, kept: dict) -> list[Generation]:
         model, device = self.model, self.device
         n = len(prompt_ids)
@@ -223,11 +267,16 @@ class TransformersPolicy(Policy):
         finish = ["length"] * n
         active = list(range(n))  # rows of the original batch still generating, in cache order
         # Identical prompts (the G samples of a group start alike) are prefilled once, then copied.
-        distinct = list(dict.fromkeys(tuple(p) for p in prompt_ids))
-        logits, cache, mask, positions = self._prefill([list(p) for p in distinct], kept)
-        if len(distinct) < n:
-            where = {p: k for k, p in enumerate(distinct)}
-            index = torch.tensor([where[tuple(p)] for p in prompt_ids], device=device)
+        keys = [self._key(p, i) for p, i in zip(prompt_ids, images)]
+        where: dict[tuple, int] = {}
+        for row, key in enumerate(keys):
+            where.setdefault(key, row)
+        firsts = list(where.values())
+        logits, cache, mask, positions = self._prefill([list(prompt_ids[r]) for r in firsts],
+                                                       [images[r] for r in firsts], kept)
+        if len(firsts) < n:
+            order = {key: k for k, key in enumerate(where)}
+            index = torch.tensor([order[key] for key in keys], device=device)
             logits, mask, positions = logits[index], mask[index], positions[index]
             cache.batch_select_indices(index)
         for _ in range(sampling.max_new_tokens):
@@ -249,7 +298,7 @@ class TransformersPolicy(Policy):
             going_on = set(keep)
             for k, row in enumerate(active):  # the cache holds the prompt and all but the newest token
                 if last or k not in going_on:
-                    self._keep(cache, k, mask, (*prompt_ids[row], *tokens[row][:-1]))
+                    self._keep(cache, k, mask, (*prompt_ids[row], *tokens[row][:-1]), images[row])
             if last:
                 break
             if len(keep) < len(active):  # drop finished rows from the batch and its cache
@@ -307,7 +356,7 @@ class TransformersPolicy(Policy):
         if not prompt_ids:
             raise ValueError("score() needs a non-empty prompt")
         device = self.device
-        logits, prompt_cache = self._prompt_forward(list(prompt_ids))
+        logits, prompt_cache = self._prompt_forward(list(prompt_ids), self.prompt_images(prompt_ids))
         first = torch.log_softmax(logits[0, -1].float(), dim=-1)  # predicts each first token
         results: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(continuations)
         p = len(prompt_ids)

