@@ -204,3 +204,37 @@ def test_openai_backend_sends_each_image_as_a_data_uri(tiny_vlm_path):
     # the stored prompt is the model's own encoding, placeholders included
     assert policy.processor is not None and trajs[-1].turns[-1].prompt_ids and \
         vision.ImageTokens(policy.processor).count(trajs[-1].turns[-1].prompt_ids) == 2
+
+
+def test_ragen_eval_plays_a_visual_env_on_both_backends(tiny_vlm_path, tmp_path, capsys):
+    from ragen_envs.cli import main
+
+    model = str(tiny_vlm_path)
+    common = ["eval", "--env", SOKOBAN, "--groups", "2", "--group-size", "1", "--max-turns", "2",
+              "--max-new-tokens", "6"]
+    assert main([*common, "--model", model, "--save", str(tmp_path / "t.jsonl")]) == 0
+    assert all(len(t.turns[-1].images) == t.num_turns for t in load_jsonl(tmp_path / "t.jsonl"))
+    reply = {"choices": [{"message": {"content": "up</think><answer>Up</answer>"}, "finish_reason": "stop"}]}
+    server = FakeServer([(200, reply, 0)])
+    try:
+        assert main([*common, "--backend", "openai", "--base-url", server.url, "--model", "served",
+                     "--tokenizer", model, "--save", str(tmp_path / "o.jsonl")]) == 0
+    finally:
+        server.close()
+    assert len(server.requests) == 4 and all(body["model"] == "served" for _, body in server.requests)
+    played = load_jsonl(tmp_path / "o.jsonl")
+    assert all(t.turns[0].actions == ["Up"] for t in played)
+    assert SOKOBAN in capsys.readouterr().out
+
+
+def test_a_model_with_multimodal_rotary_positions_is_refused_on_transformers(tokenizer):
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    from ragen_envs.agent.backends.transformers import TransformersPolicy
+
+    config = Qwen2VLConfig(text_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                                        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+                                        "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]}},
+                           vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2})
+    with pytest.raises(ValueError, match="M-RoPE.*--backend openai"):
+        TransformersPolicy(Qwen2VLForConditionalGeneration(config), tokenizer, device="cpu")

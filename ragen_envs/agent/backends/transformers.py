@@ -101,6 +101,11 @@ class TransformersPolicy(Policy):
             tokenizer.pad_token = tokenizer.eos_token
         self.processor = processor
         self.image_tokens = vision.ImageTokens(processor) if processor is not None else None
+        if "mrope_section" in str(self.model.config.to_dict()):
+            # Qwen2-VL's family places image tokens with 3-D rotary positions; this loop's positions are 1-D
+            raise ValueError(f"{type(self.model).__name__} uses multimodal rotary positions (M-RoPE), which the "
+                             f"transformers backend does not compute: serve it with vLLM and use --backend openai "
+                             f"(or --backend vllm)")
         self.batch_size = batch_size
         config = getattr(self.model.config, "text_config", None) or self.model.config
         self.max_context = int(getattr(config, "max_position_embeddings", 2048))
