@@ -1,6 +1,7 @@
 """Rollout records: one ``Trajectory`` per episode, one ``Turn`` per model reply; JSONL in and out.
 
-Images (a visual env's observations) are arrays in memory and PNG data URIs in JSON (``vision``)."""
+Images (a visual env's observations) are arrays in memory; in JSON a trajectory keeps each image once,
+as a PNG data URI under its digest (``"images"``), and its messages and turns name them by digest."""
 
 from __future__ import annotations
 
@@ -105,17 +106,20 @@ class Trajectory:
         return sum(len(t.response_ids) for t in self.turns) / len(self.turns) if self.turns else 0.0
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["messages"] = vision.to_json(data["messages"])
+        data, store = asdict(self), {}
+        data["messages"] = vision.to_json(data["messages"], store)
         for turn in data["turns"]:
-            turn["images"] = [vision.data_uri(image) for image in turn["images"]]
+            turn["images"] = [vision.stored(image, store) for image in turn["images"]]
+        if store:
+            data["images"] = store
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trajectory":
         data = dict(data)
-        data["messages"] = vision.from_json(data.get("messages", []))
-        turns = [Turn(**{**t, "images": [vision.from_data_uri(i) for i in t.get("images", [])]})
+        images = {key: vision.from_data_uri(uri) for key, uri in data.pop("images", {}).items()}
+        data["messages"] = vision.from_json(data.get("messages", []), images)
+        turns = [Turn(**{**t, "images": [images[key] for key in t.get("images", [])]})
                  for t in data.pop("turns", [])]
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known

@@ -100,17 +100,24 @@ def openai_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
-def to_json(messages: list[dict]) -> list[dict]:
-    """``messages`` with each image array written as a data URI (JSON holds no arrays)."""
-    return [{**m, "content": [{**p, "image": data_uri(p["image"])} if p.get("type") == "image" else p
+def stored(image: np.ndarray, store: dict[str, str]) -> str:
+    """``image``'s digest, its data URI kept in ``store`` (JSON holds no arrays; each image once)."""
+    key = digest(image)
+    if key not in store:
+        store[key] = data_uri(image)
+    return key
+
+
+def to_json(messages: list[dict], store: dict[str, str]) -> list[dict]:
+    """``messages`` with each image part's array replaced by its digest, the image kept in ``store``."""
+    return [{**m, "content": [{**p, "image": stored(p["image"], store)} if p.get("type") == "image" else p
                               for p in m["content"]]} if isinstance(m["content"], list) else m
             for m in messages]
 
 
-def from_json(messages: list[dict]) -> list[dict]:
-    """``to_json``'s inverse."""
-    return [{**m, "content": [{**p, "image": from_data_uri(p["image"])}
-                              if p.get("type") == "image" and isinstance(p.get("image"), str) else p
+def from_json(messages: list[dict], images: dict[str, np.ndarray]) -> list[dict]:
+    """``to_json``'s inverse; ``images``: digest -> array."""
+    return [{**m, "content": [{**p, "image": images[p["image"]]} if p.get("type") == "image" else p
                               for p in m["content"]]} if isinstance(m["content"], list) else m
             for m in messages]
 

@@ -138,7 +138,10 @@ def test_trajectories_keep_their_images_in_jsonl(tiny_vlm, tmp_path):
     trajs = RolloutRunner(SOKOBAN, tiny_vlm, _config(turns=2, tokens=4)).collect()
     save_jsonl(trajs, tmp_path / "t.jsonl")
     line = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])
-    assert line["turns"][0]["images"][0].startswith(vision.DATA_URI)
+    # each image once, under its digest, which the turns and messages name
+    assert len(line["images"]) == len(set(vision.digests(trajs[0].turns[-1].images)))
+    assert all(uri.startswith(vision.DATA_URI) for uri in line["images"].values())
+    assert line["turns"][-1]["images"] == list(vision.digests(trajs[0].turns[-1].images))
     back = load_jsonl(tmp_path / "t.jsonl")
     for a, b in zip(trajs, back):
         for x, y in zip(a.turns, b.turns):

@@ -2,6 +2,7 @@
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -155,3 +156,13 @@ def test_the_collapse_script_writes_both_runs_curves_and_plot(tmp_path, monkeypa
     rows = (tmp_path / "curves.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 6 and rows[1].startswith("none,1,0.8")
     assert (tmp_path / "collapse.png").stat().st_size > 0
+
+
+def test_the_visual_rollout_benchmark_prints_both_runs_and_their_ratio():
+    out = subprocess.run([sys.executable, "benchmarks/visual_rollout.py", "--groups", "1", "--group-size", "1",
+                          "--max-turns", "2", "--max-new-tokens", "2", "--repeats", "1"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    assert rows["text"][1] == "Ragen/Sokoban-v0" and rows["text"][2] == "0"
+    assert rows["visual"][1] == "Ragen/SokobanVisual-v0" and rows["visual"][2] == "2"  # one image a turn
+    assert float(rows["visual/text"][1]) > 0

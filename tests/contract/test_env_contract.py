@@ -228,7 +228,7 @@ def _chat_episode(chat, seed):
         if chat.done:
             break
         chat.step(reply)
-    return vision.to_json(messages + chat.messages[len(messages):]), chat.episode_return
+    return vision.to_json(messages + chat.messages[len(messages):], {}), chat.episode_return
 
 
 class _UserWrapper(gym.Wrapper):
