@@ -40,7 +40,10 @@ def build(out_dir: str | Path, config: TinyVLMConfig | None = None) -> Path:
     """Write the model, tokenizer and processor to ``out_dir``; returns it."""
     import torch
     from transformers import AutoTokenizer, Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
-    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+    try:  # transformers 5 names the PIL-backed processor (no torchvision needed) apart
+        from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil as Images
+    except ImportError:  # older transformers (vLLM's venv): the one image processor is PIL-backed
+        from transformers import Idefics3ImageProcessor as Images
 
     from ragen_envs.agent.default_model import default_model_path
 
@@ -50,7 +53,7 @@ def build(out_dir: str | Path, config: TinyVLMConfig | None = None) -> Path:
     tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_TOKENS})
     tokenizer.chat_template = CHAT_TEMPLATE
     edge = {"longest_edge": c.image_size}
-    images = Idefics3ImageProcessorPil(do_image_splitting=False, size=edge, max_image_size=edge)
+    images = Images(do_image_splitting=False, size=edge, max_image_size=edge)
     tokens_per_image = (c.image_size // c.patch_size) ** 2 // c.scale_factor ** 2
     processor = Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=tokens_per_image,
                                   chat_template=CHAT_TEMPLATE)

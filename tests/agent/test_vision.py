@@ -241,3 +241,21 @@ def test_a_model_with_multimodal_rotary_positions_is_refused_on_transformers(tok
                            vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2})
     with pytest.raises(ValueError, match="M-RoPE.*--backend openai"):
         TransformersPolicy(Qwen2VLForConditionalGeneration(config), tokenizer, device="cpu")
+
+
+def test_mi_scores_each_reasoning_under_each_image_prompt(tiny_vlm):
+    """Prompts alike in ids but showing different boards are different X: two columns, not one."""
+    from trainers.mi import cross_loglik
+
+    ids = tiny_vlm.encode_chat([{"role": "user", "content": [
+        {"type": "image", "image": np.zeros((32, 32, 3), np.uint8)}, {"type": "text", "text": "hi"}]}])
+    boards = [np.zeros((32, 32, 3), np.uint8), np.full((32, 32, 3), 255, np.uint8)]
+    reasonings = [[[28, 29, 30]], [[31, 32]]]
+    loglik, lengths = cross_loglik(tiny_vlm, [TokenPrompt(ids, [b]) for b in boards], reasonings)
+    assert loglik.shape == (2, 1, 2) and lengths.tolist() == [[3], [2]]
+    for i, z in enumerate(reasonings):
+        for j, board in enumerate(boards):  # each entry is the reasoning's log-prob under that prompt
+            tiny_vlm.reset_cache()
+            expected = tiny_vlm.score(TokenPrompt(ids, [board]), z)[0].sum()
+            assert loglik[i, 0, j] == pytest.approx(expected, abs=1e-4)
+    assert loglik[0, 0, 0] != pytest.approx(loglik[0, 0, 1], abs=1e-4)
