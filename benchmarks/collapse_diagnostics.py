@@ -1,10 +1,11 @@
 """Which proxy tracks how good a run ends up: MI proxies against entropy and reply length.
 
-Runs: filter {none, top_p 0.9} x entropy coefficient sweep x seeds; GRPO on
-``Ragen/FrozenLakeCoord-v0`` from the warm-started model. Per run, each proxy's mean over the later
-iterations (Retrieval-Acc, MI-Est in the paper's and the released code's variant, MI z-score EMA,
-conditional entropy, token entropy, reply length) and the final held-out success; then, across runs,
-the Spearman rank correlation of each proxy with the final success.
+Runs: filter {none, top_p 0.9, top_k 0.5 (a fixed half of the groups)} x entropy coefficient sweep x
+seeds; GRPO on ``Ragen/FrozenLakeCoord-v0`` from the warm-started model. Per run, each proxy's mean over
+the later iterations (Retrieval-Acc, MI-Est in the paper's and the released code's variant, MI z-score
+EMA, conditional entropy, token entropy, reply length) and the final held-out success; then, across runs,
+the Spearman rank correlation of each proxy with the final success and its 95 % bootstrap interval
+(runs resampled), and per filter the mean held-out success with its bootstrap interval.
 
 The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0.14. With a handful of
 runs (``--quick``: 4) a rank correlation is noise; the full default's 18 runs are few as well.
@@ -21,7 +22,7 @@ import numpy as np
 
 import findings
 
-FILTERS = ("none", "top_p")
+FILTERS = {"none": 0.0, "top_p": 0.9, "top_k": 0.5}  # filter -> filter_value
 PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy",
            "reply_length")
 COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_random_success", *PROXIES]
@@ -49,6 +50,24 @@ def spearman(x, y) -> float:
     return float(np.corrcoef(a, b)[0, 1])
 
 
+def bootstrap(statistic, rows: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile interval of ``statistic(rows)`` over ``draws`` resamples of the runs (nan: too few)."""
+    rng = np.random.default_rng(seed)
+    values = [statistic([rows[i] for i in rng.integers(0, len(rows), len(rows))]) for _ in range(draws)]
+    values = [v for v in values if v == v]
+    if len(values) < draws // 2:
+        return float("nan"), float("nan")
+    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+
+
+def correlation(proxy: str):
+    return lambda rows: spearman([r[proxy] for r in rows], [r["val_success"] for r in rows])
+
+
+def mean_success(rows) -> float:
+    return float(np.mean([r["val_success"] for r in rows]))
+
+
 def plot(out, rows, correlations) -> None:
     import matplotlib
 
@@ -57,12 +76,16 @@ def plot(out, rows, correlations) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     names = list(correlations)
-    axes[0].barh(names, [correlations[n] for n in names], color=["C0" if "entropy" not in n else "C3" for n in names])
+    rho = np.array([correlations[n]["rho"] for n in names])
+    span = np.array([[r - correlations[n]["low"], correlations[n]["high"] - r] for n, r in zip(names, rho)]).T
+    axes[0].barh(names, rho, xerr=np.nan_to_num(span), color=["C0" if "entropy" not in n else "C3" for n in names])
     axes[0].axvline(0, color="k", lw=0.8)
     axes[0].set_xlim(-1, 1)
     axes[0].set_title(f"Spearman with final success ({len(rows)} runs)")
     for name in FILTERS:
         mine = [r for r in rows if r["filter"] == name]
+        if not mine:
+            continue
         axes[1].scatter([r["mi_zscore_ema"] for r in mine], [r["val_success"] for r in mine], label=f"filter {name}")
     axes[1].set_xlabel("MI z-score EMA (later iterations)")
     axes[1].set_ylabel("held-out success")
@@ -81,15 +104,28 @@ def main() -> None:
     out = findings.results_folder(args, "collapse_diagnostics")
     model = findings.warm_model(args)
     cells = [(f"{name}-ent{coef}-seed{seed}", {"filter": name, "entropy_coef": coef}, s, seed,
-              {"filter": name, "filter_value": 0.9, "entropy_coef": coef})
-             for name in FILTERS for coef in coefs for seed in range(s.seeds)]
+              {"filter": name, "filter_value": value, "entropy_coef": coef})
+             for seed in range(s.seeds) for name, value in FILTERS.items() for coef in coefs]
     rows = findings.run_cells(args, out, model, cells)
     findings.write_table(out, rows, COLUMNS, "Runs (proxies: means over the later iterations)")
-    correlations = {proxy: spearman([r[proxy] for r in rows], [r["val_success"] for r in rows]) for proxy in PROXIES}
-    (out / "correlations.json").write_text(json.dumps(correlations, indent=2) + "\n")
-    print("\nSpearman correlation with final held-out success, across runs:")
-    for proxy, rho in correlations.items():
-        print(f"  {proxy:22s} {rho:+.2f}")
+    correlations = {}
+    for proxy in PROXIES:
+        low, high = bootstrap(correlation(proxy), rows)
+        correlations[proxy] = {"rho": correlation(proxy)(rows), "low": low, "high": high}
+    by_filter = {}
+    for name in FILTERS:
+        mine = [r for r in rows if r["filter"] == name]
+        if mine:
+            low, high = bootstrap(mean_success, mine)
+            by_filter[name] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine)}
+    (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "by_filter": by_filter},
+                                                      indent=2) + "\n")
+    print("\nSpearman correlation with final held-out success, across runs (95 % bootstrap interval):")
+    for proxy, c in correlations.items():
+        print(f"  {proxy:22s} {c['rho']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]")
+    print("\nHeld-out success by filter, mean over runs (95 % bootstrap interval):")
+    for name, f in by_filter.items():
+        print(f"  {name:8s} {f['success']:.3f} [{f['low']:.3f}, {f['high']:.3f}]  ({f['runs']} runs)")
     plot(out, rows, correlations)
 
 

@@ -71,6 +71,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="bottom layers kept frozen (a CPU speed option; default: 20 with --model, else 0)")
     p.add_argument("--learning-rate", type=float, default=None,
                    help="default: 1e-5 with --model, else the organism preset's")
+    p.add_argument("--finished-only", action="store_true",
+                   help="train nothing: summarise the cells already finished (a sweep stopped part way)")
     return p
 
 
@@ -257,6 +259,8 @@ def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, i
     row per cell: its labels and its result."""
     rows = []
     for i, (name, labels, s, seed, fields) in enumerate(cells, 1):
+        if getattr(args, "finished_only", False) and not (out / name / "result.json").is_file():
+            continue
         print(f"[{i}/{len(cells)}] {name}", flush=True)
         config = trainer_config(s, seed, training(args), **fields)
         rows.append({**labels, **run_cell(out, name, WARM_ENV, model, config, s, args, seed)})

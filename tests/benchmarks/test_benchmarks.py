@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -32,6 +33,28 @@ def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
     monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("a finished cell was trained again"))
     result = findings.run_cell(tmp_path, "cell", SMOKE, "m", None, findings.QUICK, None, 0)
     assert result["val_success"] == 0.25
+
+
+def test_finished_only_summarises_the_finished_cells_and_trains_none(tmp_path, monkeypatch):
+    import argparse
+
+    import trainers
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "result.json").write_text(json.dumps({"cell": "a", "val_success": 0.5}))
+    monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("--finished-only trained a cell"))
+    args = argparse.Namespace(finished_only=True, model="m", learning_rate=None, freeze_layers=None)
+    cells = [(name, {"label": name}, findings.QUICK, 0, {}) for name in ("a", "b")]
+    assert findings.run_cells(args, tmp_path, "m", cells) == [{"label": "a", "cell": "a", "val_success": 0.5}]
+
+
+def test_bootstrap_intervals_hold_the_statistic_and_need_enough_runs():
+    success = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]  # loosely rising with x
+    rows = [{"x": float(i), "val_success": float(y)} for i, y in enumerate(success)]
+    rho = collapse_diagnostics.correlation("x")(rows)
+    low, high = collapse_diagnostics.bootstrap(collapse_diagnostics.correlation("x"), rows)
+    assert 0 < rho < 1 and low <= rho <= high and high - low > 0.1
+    assert np.isnan(collapse_diagnostics.bootstrap(collapse_diagnostics.correlation("x"), rows[:2])[0])
 
 
 def test_a_run_summary_averages_the_later_iterations():
