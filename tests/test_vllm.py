@@ -124,3 +124,12 @@ def test_a_vision_language_model_plays_a_visual_env(tiny_vlm_path):
         assert turn.images and len(turn.logprobs) == len(turn.response_ids)
         expected = reference.score(TokenPrompt(turn.prompt_ids, turn.images), [turn.response_ids])[0]
         np.testing.assert_allclose(turn.logprobs, expected, atol=0.05)
+    # the pixels count: the same ids with another image give other log-probs, as in the transformers backend
+    ids = turn.prompt_ids
+    boards = [np.zeros_like(turn.images[0]), np.full_like(turn.images[0], 255)]
+    greedy = SamplingConfig(temperature=0, max_new_tokens=4, stop=[])
+    black, white = policy.generate([TokenPrompt(ids, [*turn.images[:-1], b]) for b in boards], greedy)
+    assert not np.allclose(black.logprobs, white.logprobs, atol=1e-3)
+    for gen, board in zip((black, white), boards):
+        expected = reference.score(TokenPrompt(ids, [*turn.images[:-1], board]), [gen.token_ids])[0]
+        np.testing.assert_allclose(gen.logprobs, expected, atol=0.05)

@@ -60,7 +60,9 @@ def build(out_dir: str | Path, config: TinyVLMConfig | None = None) -> Path:
     model_config = Idefics3Config(
         text_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": c.text_width,
                      "intermediate_size": 2 * c.text_width, "num_hidden_layers": c.text_layers,
-                     "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+                     # heads of 32 dimensions: vLLM's CPU attention has no kernel for 16
+                     "num_attention_heads": c.text_width // 32, "num_key_value_heads": 1,
+                     "max_position_embeddings": 4096,
                      "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
                      "pad_token_id": tokenizer.pad_token_id},
         vision_config={"hidden_size": c.vision_width, "intermediate_size": 2 * c.vision_width,
