@@ -227,8 +227,9 @@ class TrainerBase:
         written = []
 
         def write(folder: Path) -> None:
-            written.append(checkpoint.save(folder, self.iteration, self.model, self.tokenizer, tensors, meta,
-                                           keep=self.config.save_total_limit, state_dict=weights))
+            # a vision-language model's processor: its checkpoint loads as one again
+            written.append(checkpoint.save(folder, self.iteration, self.model, self.processor or self.tokenizer,
+                                           tensors, meta, keep=self.config.save_total_limit, state_dict=weights))
 
         with progress.step(f"writing checkpoint-{self.iteration}") as note:
             save_or_keep(write, self.output_dir, f"checkpoint-{self.iteration}")  # a full disk loses no weights

@@ -26,6 +26,7 @@ NAME = re.compile(r"checkpoint-(\d+)$")
 def save(output_dir: Path, iteration: int, model, tokenizer, tensors: dict, meta: dict,
          keep: int | None = None, state_dict: dict | None = None) -> Path:
     """Write ``checkpoint-<iteration>``; with ``keep``, then delete all but the newest ``keep``.
+    ``tokenizer``: or a vision-language model's processor (its image processor's config too).
     ``state_dict``: the weights to write (a sharded model's gathered ones; default: the model's)."""
     path = output_dir / f"checkpoint-{iteration}"
     tmp = output_dir / f".checkpoint-{iteration}.tmp"

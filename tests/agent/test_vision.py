@@ -259,3 +259,17 @@ def test_mi_scores_each_reasoning_under_each_image_prompt(tiny_vlm):
             expected = tiny_vlm.score(TokenPrompt(ids, [board]), z)[0].sum()
             assert loglik[i, 0, j] == pytest.approx(expected, abs=1e-4)
     assert loglik[0, 0, 0] != pytest.approx(loglik[0, 0, 1], abs=1e-4)
+
+
+def test_ragen_train_runs_an_iteration_on_the_tiny_vlm(tiny_vlm_path, tmp_path):
+    from ragen_envs.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--env", SOKOBAN, "--model", str(tiny_vlm_path), "--iterations", "1", "--groups", "2",
+                 "--group-size", "2", "--max-turns", "2", "--max-new-tokens", "6", "--max-images", "1",
+                 "--output-dir", str(run), "--mixed-precision", "no", "--no-plot"]) == 0
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["iteration"] == 1 and record["rollout/episodes"] == 4
+    # the checkpoint is a vision-language model folder again: it plays the visual env
+    assert main(["eval", "--env", SOKOBAN, "--model", str(run / "checkpoint-1"), "--groups", "1", "--group-size",
+                 "1", "--max-turns", "1", "--max-new-tokens", "4"]) == 0
