@@ -162,7 +162,7 @@ def trainer_config(s: Scale, seed: int, train: dict, **fields):
                             sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=1.0))
     # RAGEN's ratio of batch to minibatch (128 sequences, minibatches of 32): four optimizer steps an iteration
     base = dict(algorithm="grpo", num_iterations=s.iterations, mini_batch_size=max(1, s.groups * s.group_size // 4),
-                mi_every=1, save_strategy="no", save_rollouts_steps=0, logging_steps=0,
+                mi_every=1, save_strategy="no", save_rollouts_steps=0, logging_steps=0, plot=False,
                 overwrite_output_dir=True, rollout=rollout, **train)
     return TrainerConfig(**{**base, **fields})
 
