@@ -197,9 +197,9 @@ def reused(name: str, env_ids: list[str], config: SFTConfig) -> dict | None:
     previous = _previous(out)
     if previous is None:
         return None
-    # a setting added since it was made counts at its default (what it ran with)
+    # a setting added since it was made (nested ones too) counts at its default (what it ran with)
     defaults = {k: v for k, v in asdict(SFTConfig()).items() if k != "overwrite_output_dir"}
-    previous["config"] = {**defaults, **previous.get("config", {})}
+    previous["config"] = _with_defaults(defaults, previous.get("config", {}))
     if {k: previous.get(k) for k in made_from} == made_from:
         print(f"using the warm start already in {out} (same model, envs and settings)", flush=True)
         return {**previous, "cached": True}
@@ -208,6 +208,15 @@ def reused(name: str, env_ids: list[str], config: SFTConfig) -> dict | None:
                          "or choose another --output-dir")
     (out / "warm_start.json").unlink()
     return None
+
+
+def _with_defaults(defaults: dict, given: dict) -> dict:
+    """``given`` with every key it lacks (at any depth) taken from ``defaults``."""
+    out = {**defaults, **given}
+    for key, value in defaults.items():
+        if isinstance(value, dict) and isinstance(given.get(key), dict):
+            out[key] = _with_defaults(value, given[key])
+    return out
 
 
 def _lr_factor(schedule: str, steps: int, step: int) -> float:

@@ -92,6 +92,7 @@ def test_a_warm_start_with_the_same_settings_is_reused_and_another_is_not_replac
     record = tmp_path / "warm" / "warm_start.json"  # made before a setting existed: it ran at its default
     older = json.loads(record.read_text())
     del older["config"]["lr_schedule"]
+    del older["config"]["chat"]["max_images"]  # a nested one too
     record.write_text(json.dumps(older))
     assert warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)["cached"]
     other = SFTConfig(**{**cfg.__dict__, "episodes": 3})
