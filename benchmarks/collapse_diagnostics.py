@@ -22,7 +22,7 @@ import numpy as np
 
 import findings
 
-FILTERS = {"none": 0.0, "top_p": 0.9, "top_k": 0.5}  # filter -> filter_value
+FILTERS = {"none": None, "top_p": 0.9, "top_k": 0.5}  # filter -> filter_value
 PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy",
            "reply_length")
 COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_random_success", *PROXIES]
@@ -104,7 +104,7 @@ def main() -> None:
     out = findings.results_folder(args, "collapse_diagnostics")
     model = findings.warm_model(args)
     cells = [(f"{name}-ent{coef}-seed{seed}", {"filter": name, "entropy_coef": coef}, s, seed,
-              {"filter": name, "filter_value": value, "entropy_coef": coef})
+              {"filter": name, "entropy_coef": coef, **({"filter_value": value} if value else {})})
              for seed in range(s.seeds) for name, value in FILTERS.items() for coef in coefs]
     rows = findings.run_cells(args, out, model, cells)
     findings.write_table(out, rows, COLUMNS, "Runs (proxies: means over the later iterations)")
