@@ -185,7 +185,9 @@ def test_the_visual_rollout_benchmark_prints_both_runs_and_their_ratio():
     out = subprocess.run([sys.executable, "benchmarks/visual_rollout.py", "--groups", "1", "--group-size", "1",
                           "--max-turns", "2", "--max-new-tokens", "2", "--repeats", "1"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
+    from ragen_envs.registry import ENVIRONMENTS
+
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
-    assert rows["text"][1] == "Ragen/Sokoban-v0" and rows["text"][2] == "0"
-    assert rows["visual"][1] == "Ragen/SokobanVisual-v0" and rows["visual"][2] == "2"  # one image a turn
+    assert not ENVIRONMENTS[rows["text"][1]].visual and rows["text"][2] == "0"
+    assert ENVIRONMENTS[rows["visual"][1]].visual and rows["visual"][2] == "2"  # one image a turn
     assert float(rows["visual/text"][1]) > 0
