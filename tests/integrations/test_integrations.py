@@ -357,3 +357,13 @@ def test_an_adapter_without_its_framework_says_what_to_install(adapter, framewor
     monkeypatch.delitem(sys.modules, f"ragen_envs.integrations.{adapter}", raising=False)
     with pytest.raises(ImportError, match=extra.replace("[", r"\[").replace("]", r"\]")):
         importlib.import_module(f"ragen_envs.integrations.{adapter}")
+
+
+def test_the_adapters_refuse_a_visual_env_in_one_line():
+    from ragen_envs.integrations.common import seed_rows
+    from ragen_envs.registry import ENVIRONMENTS
+
+    visual = next(e.id for e in ENVIRONMENTS.values() if e.visual)
+    with pytest.raises(ValueError, match="shows images; the framework adapters take text envs"):
+        seed_rows(visual, 2)
+    assert len(seed_rows(SMOKE, 2)) == 2
