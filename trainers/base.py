@@ -89,7 +89,7 @@ class TrainerBase:
         # Each rank rolls out its own groups.
         self.runner = make_runner(mix, self.rollout_policy,
                                   replace(cfg.rollout, seed=cfg.rollout.seed + self.rank * RANK_SEED_STRIDE))
-        self.scorer, self.ref_scorer = build_scorers(self.model, cfg, self.device)
+        self.scorer, self.ref_scorer = build_scorers(self.model, cfg, self.device, self.policy.banned)
         self.value_head, self.critic_trunk = self.scorer.value_head, self.scorer.critic_trunk
         self.sharded = self.world > 1 and cfg.data_parallel == "fsdp"
         self._resume_tensors = None
@@ -102,7 +102,8 @@ class TrainerBase:
         eos = self.tokenizer.eos_token_id
         warm = collate([Sample([eos] * 2, [0, 1], 0, 0, 0.0, True)], self.tokenizer.pad_token_id)
         self.train_scorer = distribute(self.scorer, self.model, self.world, self.sharded, self.device,
-                                       lambda: self._token_outputs(self.scorer, warm))
+                                       lambda: self._token_outputs(self.scorer, warm),
+                                       some_unused=self.processor is not None)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.value_head is not None:
             critic = [p for p in [*self.value_head.parameters(),

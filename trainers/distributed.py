@@ -141,7 +141,7 @@ def load_optimizer(optimizer, state: dict, sharded: bool) -> None:
     optimizer.load_state_dict(state)
 
 
-def distribute(scorer, model, world: int, sharded: bool, device, warm_up):
+def distribute(scorer, model, world: int, sharded: bool, device, warm_up, some_unused: bool = False):
     """The module the update calls: ``scorer`` itself (one process), DDP-wrapped, or sharded with FSDP2
     (``shard``; ``warm_up()`` runs its first forward, which FSDP2 sets itself up on)."""
     if sharded:
@@ -153,5 +153,7 @@ def distribute(scorer, model, world: int, sharded: bool, device, warm_up):
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(scorer, device_ids=[device.index] if device.type == "cuda" else None)
+        # some_unused: a vision-language model's vision tower gets no gradient from a micro-batch of text rows
+        return DistributedDataParallel(scorer, device_ids=[device.index] if device.type == "cuda" else None,
+                                       find_unused_parameters=some_unused)
     return scorer

@@ -6,6 +6,8 @@ import copy
 
 import torch
 
+from ragen_envs.agent import vision
+
 
 class TokenScorer(torch.nn.Module):
     """Log-probs and entropies of the target tokens at the sampling temperature (and critic values), as
@@ -16,16 +18,17 @@ class TokenScorer(torch.nn.Module):
     on the policy's own (a shared trunk; ``detach_value`` keeps the value loss out of the policy)."""
 
     def __init__(self, model, value_head=None, temperature: float = 1.0, critic_trunk=None,
-                 detach_value: bool = False):
+                 detach_value: bool = False, banned=None):
         super().__init__()
         self.model, self.value_head, self.temperature = model, value_head, max(temperature, 1e-6)
+        self.banned = banned  # token ids the sampler never draws (a VLM's image placeholders: vision.ban)
         self.critic_trunk, self.detach_value = critic_trunk, detach_value
 
     def forward(self, ids, attention, mask, targets, **pixels):
         """``pixels``: a vision-language model's image inputs for the images of ``ids`` (``vision``)."""
         hidden = self.model.base_model(input_ids=ids, attention_mask=attention, **pixels).last_hidden_state[:, :-1]
         selected = hidden[mask]
-        logits = self.model.get_output_embeddings()(selected).float() / self.temperature
+        logits = vision.ban(self.model.get_output_embeddings()(selected).float(), self.banned) / self.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
         logp = torch.zeros(mask.shape, device=ids.device)
         entropy = torch.zeros(mask.shape, device=ids.device)
@@ -44,7 +47,7 @@ class TokenScorer(torch.nn.Module):
         return logp, entropy, value
 
 
-def build_scorers(model, config, device) -> tuple[TokenScorer, TokenScorer | None]:
+def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, TokenScorer | None]:
     """(the scorer the update calls, the frozen KL reference's or None) for ``config`` (a
     ``TrainerConfig``): with GAE a zero-initialised value head, on a critic model of its own (RAGEN's,
     verl's: a copy of the policy) or on the policy's trunk; the reference only when ``beta`` > 0."""
@@ -57,7 +60,7 @@ def build_scorers(model, config, device) -> tuple[TokenScorer, TokenScorer | Non
     reference = None
     if config.beta > 0:
         reference = TokenScorer(copy.deepcopy(model).eval().requires_grad_(False), None,
-                                config.rollout.sampling.temperature)
+                                config.rollout.sampling.temperature, banned=banned)
     scorer = TokenScorer(model, value_head, config.rollout.sampling.temperature, critic_trunk=critic_trunk,
-                         detach_value=not config.critic_backprop)
+                         detach_value=not config.critic_backprop, banned=banned)
     return scorer, reference

@@ -34,6 +34,7 @@ import torch
 
 from ragen_envs.agent import ChatEnv, chat_encoding, progress
 from ragen_envs.agent.outputs import check_writable, save_or_keep
+from ragen_envs.registry import ENVIRONMENTS
 from ragen_envs.agent.parsing import THINK_OPEN
 from trainers.config import SFTConfig
 from trainers.setup import model_name, prepare_model
@@ -130,6 +131,9 @@ def sft_loss(model, batch: list[Episode], pad_id: int, device) -> torch.Tensor:
 def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, device: str = "cpu") -> dict:
     """Fine-tune ``model`` (a path or id, a loaded model with ``tokenizer``, or None for the default) on
     oracle demonstrations of ``env_ids``; save it to ``config.output_dir``; return what happened."""
+    visual = [e for e in env_ids if e in ENVIRONMENTS and ENVIRONMENTS[e].visual]
+    if visual:  # its demonstrations are text: an image would reach the model as a bare placeholder
+        raise ValueError(f"SFT warm starts are made on text envs; {', '.join(visual)} shows images")
     out = Path(config.output_dir)
     name = model_name(model)
     made_from = _made_from(name, env_ids, config)

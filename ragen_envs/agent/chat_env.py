@@ -189,14 +189,14 @@ class ChatEnv:
         extra = len(self.images) - (self.config.max_images or len(self.images))
         if extra <= 0:
             return False
-        for m in self.messages:
+        for k, m in enumerate(self.messages):
             if isinstance(m["content"], list):
                 parts = []
                 for part in m["content"]:
                     if part.get("type") == "image" and extra > 0:
                         part, extra = {"type": "text", "text": prompts.IMAGE_DROPPED}, extra - 1
                     parts.append(part)
-                m["content"] = parts
+                self.messages[k] = {**m, "content": parts}  # a new message: records of the old one keep it
         return True
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -132,19 +133,21 @@ def resolve_model(model: str | os.PathLike | None) -> str:
     return str(path) if path.exists() else str(model)
 
 
-PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")  # what a vision-language model has
-
-
 def is_vision_model(model: str | os.PathLike | None) -> bool:
-    """A vision-language model: its folder (or cached hub files) hold an image processor's config."""
+    """A vision-language model: its config has a ``vision_config`` (Idefics3, SmolVLM, Qwen2-VL, LLaVA),
+    read from the folder, the Hugging Face cache or (online) the Hub."""
     if model is None:
         return False
     path = Path(str(model)).expanduser()
     if path.exists():
-        return any((path / name).is_file() for name in PROCESSOR_FILES)
-    import huggingface_hub
+        config = path / "config.json"
+    else:
+        import huggingface_hub
 
-    return any(isinstance(huggingface_hub.try_to_load_from_cache(str(model), name), str) for name in PROCESSOR_FILES)
+        config = huggingface_hub.try_to_load_from_cache(str(model), "config.json")
+        if not isinstance(config, str):
+            config = huggingface_hub.hf_hub_download(str(model), "config.json")
+    return "vision_config" in json.loads(Path(config).read_text())
 
 
 def load_processor(model: str | os.PathLike | None):

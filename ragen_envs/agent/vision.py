@@ -49,14 +49,16 @@ def message_text(content: str | list[dict], images: bool = False) -> str:
                      if part.get("type") == "text" or images)
 
 
-def as_parts(messages: list[dict]) -> list[dict]:
+def as_parts(messages: list[dict], reserved: list[str] = ()) -> list[dict]:
     """Every message's content as a list of parts (a processor's chat template reads only lists);
-    image parts lose their arrays, which the template does not need."""
+    image parts lose their arrays, which the template does not need, and text spelling a ``reserved``
+    placeholder string is escaped (only an image part makes a placeholder)."""
     out = []
     for m in messages:
         content = m["content"]
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else \
-            [{"type": "image"} if p.get("type") == "image" else p for p in content]
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        parts = [{"type": "image"} if p.get("type") == "image" else {**p, "text": escape(p["text"], reserved)}
+                 for p in parts]
         out.append({**m, "content": parts})
     return out
 
@@ -158,6 +160,34 @@ class ImageTokens:
         if self.marker is not None:
             return [k for k, i in enumerate(ids) if i == self.marker]
         return [k for k, i in enumerate(ids) if i == self.image_id and (k == 0 or ids[k - 1] != i)]
+
+
+# What a banned token's logit becomes: far below any other, yet finite, so that p * log p and its
+# gradient stay 0 (with -inf they are nan).
+BANNED_LOGIT = -1e9
+
+
+def ban(logits, ids):
+    """``logits`` (..., vocab) with the ``ids`` (a LongTensor or None) masked out: a model that generated an
+    image's placeholder token would show a "picture" with no pixels. The trainer masks the same ids, so its
+    log-probs stay the sampler's."""
+    return logits if ids is None else logits.index_fill(-1, ids.to(logits.device), BANNED_LOGIT)
+
+
+def reserved(processor) -> list[str]:
+    """The placeholder tokens' strings, which message text must not spell (the processor would read
+    them as an image's); computed once per processor."""
+    if not hasattr(processor, "_ragen_reserved"):  # kept on the processor: the render path runs often
+        ids = sorted(ImageTokens(processor).ids)
+        processor._ragen_reserved = [t for t in processor.tokenizer.convert_ids_to_tokens(ids) if t]
+    return processor._ragen_reserved
+
+
+def escape(text: str, strings: list[str]) -> str:
+    """``text`` with each of ``strings`` broken by a zero-width space after its first character."""
+    for s in strings:
+        text = text.replace(s, s[:1] + "\u200b" + s[1:])
+    return text
 
 
 def encode(processor, text: str, images: list[np.ndarray]) -> list[int]:

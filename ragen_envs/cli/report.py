@@ -73,7 +73,10 @@ def replay(trajectory: Trajectory, images: bool = True) -> Replay | None:
         env = gym.make(trajectory.env_id, **kwargs)
         options = None if trajectory.transition_seed is None else {"transition_seed": trajectory.transition_seed}
         obs, _ = env.reset(seed=trajectory.seed, options=options)
-        if len(trajectory.messages) < 2 or not _shows(trajectory.messages[1], obs):
+        # the first turn's prompt as shown (its image may have left the history since: max_images)
+        first = {"role": "user", "content": [{"type": "image", "image": i} for i in trajectory.turns[0].images]} \
+            if trajectory.turns and trajectory.turns[0].images else trajectory.messages[1]
+        if len(trajectory.messages) < 2 or not _shows(first, obs):
             return None
         frames = [env.render()] if draws else None
         ended = None

@@ -273,3 +273,53 @@ def test_ragen_train_runs_an_iteration_on_the_tiny_vlm(tiny_vlm_path, tmp_path):
     # the checkpoint is a vision-language model folder again: it plays the visual env
     assert main(["eval", "--env", SOKOBAN, "--model", str(run / "checkpoint-1"), "--groups", "1", "--group-size",
                  "1", "--max-turns", "1", "--max-new-tokens", "4"]) == 0
+
+
+def test_a_placeholder_token_is_never_sampled_and_the_trainer_masks_it_alike(tiny_vlm):
+    """A model that favours <image> would write a "picture" with no pixels into the next prompt."""
+    from trainers.batch import collate, trajectory_samples
+    from trainers.scoring import TokenScorer
+
+    image_id = tiny_vlm.image_tokens.image_id
+    hook = tiny_vlm.model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: out.index_add(-1, torch.tensor([image_id]), torch.full((*out.shape[:-1], 1), 50.0)))
+    try:
+        trajs = RolloutRunner(SOKOBAN, tiny_vlm, _config(turns=2, tokens=6)).collect()
+        generated = {i for t in trajs for turn in t.turns for i in turn.response_ids}
+        assert not generated & tiny_vlm.image_tokens.ids
+        samples = [s for i, t in enumerate(trajs) for s in trajectory_samples(t, i)]
+        batch = collate(samples, tiny_vlm.tokenizer.pad_token_id)
+        scorer = TokenScorer(tiny_vlm.model, banned=tiny_vlm.banned)
+        logp = scorer(batch.ids, batch.attention, batch.mask.bool(), batch.targets,
+                      **vision.pixel_inputs(tiny_vlm.processor, batch.images))[0]
+        for row, t in enumerate(trajs):
+            np.testing.assert_allclose(logp[row][batch.mask[row].bool()].tolist(),
+                                       [lp for turn in t.turns for lp in turn.logprobs], atol=1e-4)
+    finally:
+        hook.remove()
+
+
+def test_text_spelling_a_placeholder_is_not_read_as_an_image(tiny_vlm):
+    board = np.zeros((32, 32, 3), np.uint8)
+    messages = [{"role": "user", "content": [{"type": "image", "image": board}, {"type": "text", "text": "go"}]},
+                {"role": "assistant", "content": "<image><global-img> Up"},
+                {"role": "user", "content": "the <image> token, typed"}]
+    ids = tiny_vlm.encode_chat(messages)
+    assert tiny_vlm.image_tokens.count(ids) == 1 and ids.count(tiny_vlm.image_tokens.image_id) == \
+        tiny_vlm.encode_chat(messages[:1]).count(tiny_vlm.image_tokens.image_id)
+
+
+def test_what_cannot_take_images_says_so(tiny_vlm_path, tokenizer, tiny_model, tmp_path):
+    from ragen_envs.agent.default_model import default_model_path, is_vision_model
+    from trainers.config import SFTConfig
+    from trainers.sft import warm_start
+
+    assert is_vision_model(tiny_vlm_path) and not is_vision_model(default_model_path())
+    with pytest.raises(ValueError, match="SFT warm starts are made on text envs"):
+        warm_start(tiny_model, [SOKOBAN], SFTConfig(output_dir=str(tmp_path / "w")), tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="no image processor here"):  # an OpenAI client without the processor
+        OpenAIPolicy("http://127.0.0.1:9/v1", "m", tokenizer=tokenizer).encode_chat(
+            [{"role": "user", "content": [{"type": "image", "image": np.zeros((8, 8, 3), np.uint8)}]}])
+    with pytest.raises(ValueError, match="cannot be scored there"):
+        OpenAIPolicy("http://127.0.0.1:9/v1", "m", tokenizer=str(tiny_vlm_path)).score(
+            TokenPrompt([1, 2], [np.zeros((8, 8, 3), np.uint8)]), [[3]])

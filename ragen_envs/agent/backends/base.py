@@ -109,9 +109,10 @@ class Policy(ABC):
         """A prompt's images (a chat prompt's, or a ``TokenPrompt``'s); a clear error when the model
         cannot see them."""
         images = vision.message_images(prompt) if is_chat(prompt) else list(getattr(prompt, "images", ()))
-        if images and self.processor is None and not self.chat_images:
-            raise ValueError("the prompt shows images, but this model has no image processor: use a "
-                             "vision-language model (a folder with a processor), or a text env")
+        if images and self.processor is None:
+            raise ValueError("the prompt shows images, but there is no image processor here to encode them: use a "
+                             "vision-language model (a folder with a processor; the openai backend: --tokenizer "
+                             "naming one), or a text env")
         return images
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:

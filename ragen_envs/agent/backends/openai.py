@@ -131,6 +131,8 @@ class OpenAIPolicy(Policy):
             payload["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             payload["seed"] = sampling.seed + index  # one seed per request, else identical samples
+        if self.processor is not None:  # a VLM's image placeholders are never sampled (vision.ban)
+            payload["logit_bias"] = {str(i): -100 for i in sorted(vision.ImageTokens(self.processor).ids)}
         return payload
 
     def _generate_one(self, prompt: Prompt, sampling: SamplingConfig, index: int) -> Generation:
@@ -187,6 +189,10 @@ class OpenAIPolicy(Policy):
     # -- scoring ---------------------------------------------------------------------------------
     def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
         """Teacher forcing via ``prompt_logprobs``; the server's prefix cache shares the prompt."""
+        if getattr(prompt_ids, "images", None):
+            raise ValueError("scoring over an OpenAI server takes token ids alone: a prompt with images cannot be "
+                             "scored there (score with the transformers or vllm backend)")
+
         def one(cont: list[int]) -> np.ndarray:
             if not cont:
                 return np.zeros(0, dtype=np.float32)

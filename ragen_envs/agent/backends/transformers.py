@@ -101,6 +101,8 @@ class TransformersPolicy(Policy):
             tokenizer.pad_token = tokenizer.eos_token
         self.processor = processor
         self.image_tokens = vision.ImageTokens(processor) if processor is not None else None
+        # placeholder tokens are never sampled (vision.ban); None: a text model bans nothing
+        self.banned = torch.tensor(sorted(self.image_tokens.ids)) if self.image_tokens is not None else None
         if "mrope_section" in str(self.model.config.to_dict()):
             # Qwen2-VL's family places image tokens with 3-D rotary positions; this loop's positions are 1-D
             raise ValueError(f"{type(self.model).__name__} uses multimodal rotary positions (M-RoPE), which the "
@@ -285,7 +287,7 @@ class TransformersPolicy(Policy):
             logits, mask, positions = logits[index], mask[index], positions[index]
             cache.batch_select_indices(index)
         for _ in range(sampling.max_new_tokens):
-            logits = logits[:, -1].float()
+            logits = vision.ban(logits[:, -1].float(), self.banned)
             logprobs = torch.log_softmax(logits / temperature, dim=-1)
             chosen = self._sample(logprobs, sampling, [generators[r] for r in active])
             entropy = (logprobs.exp() * logprobs).nan_to_num().sum(-1).neg().tolist()
@@ -362,7 +364,7 @@ class TransformersPolicy(Policy):
             raise ValueError("score() needs a non-empty prompt")
         device = self.device
         logits, prompt_cache = self._prompt_forward(list(prompt_ids), self.prompt_images(prompt_ids))
-        first = torch.log_softmax(logits[0, -1].float(), dim=-1)  # predicts each first token
+        first = torch.log_softmax(vision.ban(logits[0, -1].float(), self.banned), dim=-1)  # each first token
         results: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(continuations)
         p = len(prompt_ids)
         order = sorted(range(len(continuations)), key=lambda i: len(continuations[i]))
@@ -386,7 +388,7 @@ class TransformersPolicy(Policy):
             positions = torch.arange(p, p + longest).expand(n, -1)
             logits, _ = forward(self.model, cache, input_ids=ids[:, :-1].to(device),
                                 attention_mask=mask[:, :-1].to(device), position_ids=positions[:, :-1].to(device))
-            logits = logits.float()
+            logits = vision.ban(logits.float(), self.banned)
             later = logits.gather(-1, ids[:, 1:].to(device)[..., None])[..., 0] - logits.logsumexp(-1)
             for k, (i, c) in enumerate(zip(rows, chunk)):
                 results[i] = np.array([float(first[c[0]])] + later[k, :len(c) - 1].cpu().tolist(), dtype=np.float32)

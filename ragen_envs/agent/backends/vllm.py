@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ragen_envs.agent import vision
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
 from ragen_envs.agent.default_model import load_processor, resolve_model
 
@@ -69,6 +70,8 @@ class VLLMPolicy(Policy):
         torch.set_num_threads(threads)
         self.tokenizer = self.llm.get_tokenizer()
         self.processor = load_processor(path)
+        # a VLM's image placeholders are never sampled (vision.ban), as in the transformers backend
+        self.banned = {i: -100.0 for i in vision.ImageTokens(self.processor).ids} if self.processor else None
         self.max_context = max_model_len
 
     def _tokens_prompt(self, ids: list[int], images):
@@ -90,7 +93,7 @@ class VLLMPolicy(Policy):
             SamplingParams(
                 temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
                 max_tokens=sampling.max_new_tokens, stop=list(sampling.stop), include_stop_str_in_output=True,
-                logprobs=0, seed=None if sampling.seed is None else sampling.seed + i,
+                logprobs=0, seed=None if sampling.seed is None else sampling.seed + i, logit_bias=self.banned,
             )
             for i in range(len(ids))
         ]
