@@ -50,8 +50,13 @@ def spearman(x, y) -> float:
     return float(np.corrcoef(a, b)[0, 1])
 
 
+MIN_RUNS = 6  # fewer runs resample into the same few sets: an interval from them would look narrower than it is
+
+
 def bootstrap(statistic, rows: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95 % percentile interval of ``statistic(rows)`` over ``draws`` resamples of the runs (nan: too few)."""
+    if len(rows) < MIN_RUNS:
+        return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     values = [statistic([rows[i] for i in rng.integers(0, len(rows), len(rows))]) for _ in range(draws)]
     values = [v for v in values if v == v]
