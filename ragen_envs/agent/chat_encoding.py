@@ -21,7 +21,7 @@ _MARK = "\uE000ragen-reply\uE000"  # a private-use marker that no template or mo
 
 def render(tokenizer, messages: list[Message], add_generation_prompt: bool) -> str:
     if vision.is_processor(tokenizer):
-        messages = vision.as_parts(messages, vision.reserved(tokenizer))
+        messages = vision.as_parts(messages, vision.image_tokens(tokenizer).strings)
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 

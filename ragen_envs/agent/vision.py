@@ -90,16 +90,15 @@ def from_data_uri(uri: str) -> np.ndarray:
         return np.asarray(image.convert("RGB"))
 
 
+def map_images(messages: list[dict], fn) -> list[dict]:
+    """``messages`` (new dicts) with each image part replaced by ``fn(part)``, everything else as it is."""
+    return [{**m, "content": [fn(p) if p.get("type") == "image" else p for p in m["content"]]}
+            if isinstance(m["content"], list) else m for m in messages]
+
+
 def openai_messages(messages: list[dict]) -> list[dict]:
     """``messages`` in the OpenAI chat format: each image part an ``image_url`` with a data URI."""
-    out = []
-    for m in messages:
-        content = m["content"]
-        if isinstance(content, list):
-            content = [{"type": "image_url", "image_url": {"url": data_uri(p["image"])}}
-                       if p.get("type") == "image" else p for p in content]
-        out.append({**m, "content": content})
-    return out
+    return map_images(messages, lambda p: {"type": "image_url", "image_url": {"url": data_uri(p["image"])}})
 
 
 def stored(image: np.ndarray, store: dict[str, str]) -> str:
@@ -112,16 +111,12 @@ def stored(image: np.ndarray, store: dict[str, str]) -> str:
 
 def to_json(messages: list[dict], store: dict[str, str]) -> list[dict]:
     """``messages`` with each image part's array replaced by its digest, the image kept in ``store``."""
-    return [{**m, "content": [{**p, "image": stored(p["image"], store)} if p.get("type") == "image" else p
-                              for p in m["content"]]} if isinstance(m["content"], list) else m
-            for m in messages]
+    return map_images(messages, lambda p: {**p, "image": stored(p["image"], store)})
 
 
 def from_json(messages: list[dict], images: dict[str, np.ndarray]) -> list[dict]:
     """``to_json``'s inverse; ``images``: digest -> array."""
-    return [{**m, "content": [{**p, "image": images[p["image"]]} if p.get("type") == "image" else p
-                              for p in m["content"]]} if isinstance(m["content"], list) else m
-            for m in messages]
+    return map_images(messages, lambda p: {**p, "image": images[p["image"]]})
 
 
 class ImageTokens:
@@ -137,6 +132,8 @@ class ImageTokens:
         ids = [int(i) for i in processor(text=token, images=[blank], add_special_tokens=False,
                                          return_tensors="np")["input_ids"][0]]
         self.ids = set(ids)  # every token an image's placeholder is made of
+        # their strings, which message text must not spell (the processor would read them as an image's)
+        self.strings = [t for t in processor.tokenizer.convert_ids_to_tokens(sorted(self.ids)) if t]
         self.image_id = int(processor.tokenizer.convert_tokens_to_ids(token))
         once = [i for i in ids if ids.count(i) == 1]
         self.marker = once[0] if once else None
@@ -174,13 +171,12 @@ def ban(logits, ids):
     return logits if ids is None else logits.index_fill(-1, ids.to(logits.device), BANNED_LOGIT)
 
 
-def reserved(processor) -> list[str]:
-    """The placeholder tokens' strings, which message text must not spell (the processor would read
-    them as an image's); computed once per processor."""
-    if not hasattr(processor, "_ragen_reserved"):  # kept on the processor: the render path runs often
-        ids = sorted(ImageTokens(processor).ids)
-        processor._ragen_reserved = [t for t in processor.tokenizer.convert_ids_to_tokens(ids) if t]
-    return processor._ragen_reserved
+def image_tokens(processor) -> ImageTokens:
+    """``processor``'s ``ImageTokens``, made once (it runs the processor on an image) and kept on it: every
+    render and every request reads them."""
+    if not hasattr(processor, "_ragen_image_tokens"):
+        processor._ragen_image_tokens = ImageTokens(processor)
+    return processor._ragen_image_tokens
 
 
 def escape(text: str, strings: list[str]) -> str:

@@ -132,7 +132,7 @@ class OpenAIPolicy(Policy):
         if sampling.seed is not None:
             payload["seed"] = sampling.seed + index  # one seed per request, else identical samples
         if self.processor is not None:  # a VLM's image placeholders are never sampled (vision.ban)
-            payload["logit_bias"] = {str(i): -100 for i in sorted(vision.ImageTokens(self.processor).ids)}
+            payload["logit_bias"] = {str(i): -100 for i in sorted(vision.image_tokens(self.processor).ids)}
         return payload
 
     def _generate_one(self, prompt: Prompt, sampling: SamplingConfig, index: int) -> Generation:

@@ -100,7 +100,7 @@ class TransformersPolicy(Policy):
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.processor = processor
-        self.image_tokens = vision.ImageTokens(processor) if processor is not None else None
+        self.image_tokens = vision.image_tokens(processor) if processor is not None else None
         # placeholder tokens are never sampled (vision.ban); None: a text model bans nothing
         self.banned = torch.tensor(sorted(self.image_tokens.ids)) if self.image_tokens is not None else None
         if "mrope_section" in str(self.model.config.to_dict()):

@@ -71,7 +71,7 @@ class VLLMPolicy(Policy):
         self.tokenizer = self.llm.get_tokenizer()
         self.processor = load_processor(path)
         # a VLM's image placeholders are never sampled (vision.ban), as in the transformers backend
-        self.banned = {i: -100.0 for i in vision.ImageTokens(self.processor).ids} if self.processor else None
+        self.banned = {i: -100.0 for i in vision.image_tokens(self.processor).ids} if self.processor else None
         self.max_context = max_model_len
 
     def _tokens_prompt(self, ids: list[int], images):
