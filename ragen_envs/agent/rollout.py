@@ -105,6 +105,11 @@ def check_envs(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, i
     return mix
 
 
+def _without_oldest(messages: list[dict], k: int) -> list[dict]:
+    """``messages`` without the ``k`` after the system message (the oldest turns, as the context cap drops them)."""
+    return [messages[0], *messages[1 + k:]]
+
+
 class RolloutRunner:
     """Collects grouped rollouts of ``envs`` (an env id, or a dict env id -> number of groups)."""
 
@@ -199,8 +204,7 @@ class RolloutRunner:
         messages, the messages it holds (the reply's prefill as an assistant message to continue)."""
         if not (self.policy.chat_images and prompts[i].images):
             return prompts[i]
-        messages = envs[i].messages
-        kept = [messages[0], *messages[1 + dropped[i]:]]
+        kept = _without_oldest(envs[i].messages, dropped[i])
         return kept + ([{"role": "assistant", "content": self.prefill}] if self.prefill else [])
 
     def _record(self, i: int, gen, reply: str, record, envs, prompts, dropped, trajectories) -> None:
@@ -242,7 +246,7 @@ class RolloutRunner:
         if len(prompts[i]) <= limit:
             return False
         for k in range(2, len(messages) - 1, 2):  # drop (user, assistant) pairs after the system message
-            kept = [messages[0], *messages[1 + k:]]
+            kept = _without_oldest(messages, k)
             ids = self.policy.encode_chat(kept) + self.prefill_ids
             if len(ids) <= limit:
                 prompts[i], dropped[i] = TokenPrompt(ids, vision.message_images(kept)), k

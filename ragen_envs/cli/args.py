@@ -76,8 +76,8 @@ def field_sections(cls: type) -> dict[str, str]:
     for line in source.splitlines():
         if line.strip().startswith("# --"):
             title = line.strip().strip("#").strip().strip("-").strip()
-        elif title and _field_name(line):
-            out[_field_name(line)] = title
+        elif title and (name := _field_name(line)):
+            out[name] = title
     return out
 
 

@@ -13,13 +13,14 @@ def seed_rows(env_id: str, n: int, start: int = 0, chat: ChatEnvConfig | None = 
     ``start + n - 1``: the prompt is exactly what ``ChatEnv`` shows at that seed's reset."""
     env = ChatEnv(env_id, chat, max_response_tokens, **env_kwargs)
     try:
-        if vision.message_images(env.reset(seed=start)):  # a dataset row of these frameworks holds text
-            raise ValueError(f"{env_id} shows images; the framework adapters take text envs: play it with "
-                             f"ragen's RolloutRunner or Trainer and a vision-language model")
-        return [{"prompt": [dict(m) for m in env.reset(seed=seed)], "env_id": env_id, "seed": seed}
+        rows = [{"prompt": [dict(m) for m in env.reset(seed=seed)], "env_id": env_id, "seed": seed}
                 for seed in range(start, start + n)]
     finally:
         env.close()
+    if any(vision.message_images(row["prompt"]) for row in rows):  # a dataset row of these frameworks holds text
+        raise ValueError(f"{env_id} shows images; the framework adapters take text envs: play it with "
+                         f"ragen's RolloutRunner or Trainer and a vision-language model")
+    return rows
 
 
 def env_ids(tokenizer, reply_ids: list[int], messages: list[dict]) -> list[int]:
