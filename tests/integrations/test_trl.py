@@ -9,12 +9,14 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from transformers.utils import get_json_schema  # noqa: E402
 
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig  # noqa: E402
-from ragen_envs.agent.default_model import default_model_path  # noqa: E402
 from ragen_envs.integrations.trl import EnvRollout, ToolEnv, env_reward  # noqa: E402
 from conftest import SMOKE  # noqa: E402
 
 
-def test_grpo_trainer_trains_on_multi_turn_episodes(tmp_path, tokenizer):
+def test_grpo_trainer_trains_on_multi_turn_episodes(tmp_path, tokenizer, tiny_model):
+    model = tmp_path / "tiny"  # the README's example runs TRL on the real model; a tiny one keeps this fast
+    tiny_model.save_pretrained(model)
+    tokenizer.save_pretrained(model)
     config = RolloutConfig(chat=ChatEnvConfig(max_turns=2),
                            sampling=SamplingConfig(max_new_tokens=16, temperature=1.0), seed=3)
     rollout = EnvRollout(SMOKE, config)
@@ -24,7 +26,7 @@ def test_grpo_trainer_trains_on_multi_turn_episodes(tmp_path, tokenizer):
         seen.append((prompts, out := rollout(prompts, trainer)))
         return out
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_steps=2,
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2, max_steps=2,
                       learning_rate=1e-4, max_completion_length=512, logging_steps=1, report_to=[],
                       save_strategy="no", use_cpu=True, bf16=False, seed=0, disable_tqdm=True,
                       model_init_kwargs={"dtype": torch.float32}, gradient_checkpointing=False)
@@ -33,7 +35,7 @@ def test_grpo_trainer_trains_on_multi_turn_episodes(tmp_path, tokenizer):
     def shorter(completions, **kwargs):
         return [-len(str(c)) / 1000 for c in completions]
 
-    trainer = GRPOTrainer(model=str(default_model_path()), reward_funcs=[env_reward, shorter], args=args,
+    trainer = GRPOTrainer(model=str(model), reward_funcs=[env_reward, shorter], args=args,
                           train_dataset=rollout.dataset(8), rollout_func=recorded)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
