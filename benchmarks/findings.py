@@ -171,24 +171,12 @@ def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
     """Greedy success on ``s.val_episodes`` held-out episodes (seeds from HELD_OUT_SEED + seed), with the
     success of random valid actions on the same episodes beside it."""
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
+    from ragen_envs.agent.baseline import held_out
 
     config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=HELD_OUT_SEED + seed, env_kwargs=env_kwargs,
                            chat=ChatEnvConfig(max_turns=s.max_turns),
                            sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=0.0))
     return {f"val_{k}": v for k, v in held_out(policy, env, config, seed).items() if k != "episodes"}
-
-
-def held_out(policy, envs, config, seed: int) -> dict:
-    """Play ``config``'s episodes of ``envs``: their number, success and format validity, and the success
-    of random valid actions (seeded by ``seed``) on the same episodes."""
-    from ragen_envs.agent import RolloutRunner
-    from ragen_envs.agent.baseline import random_success
-
-    trajectories = RolloutRunner(envs, policy, config).collect()
-    chance = random_success(trajectories, config.chat, seed)
-    return {"episodes": len(trajectories), "success": float(np.mean([t.success for t in trajectories])),
-            "random_success": float(np.mean(list(chance.values()))) if chance else float("nan"),
-            "format_valid": float(np.mean([t.format_valid for t in trajectories]))}
 
 
 def run_summary(history: list[dict]) -> dict:

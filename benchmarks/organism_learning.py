@@ -5,13 +5,14 @@ Each seed is one run of the ``organism`` preset (RAGEN's main-table scale: 8 gro
 to 2 actions, top-p 0.9; MI scored every iteration) from the default organism of the demo env (built on
 first use, about 3 minutes on 2 cores, then cached). Before the first iteration and every ``--every``
 iterations the policy plays ``--val-episodes`` held-out episodes (env seeds from 100000, never trained
-on; sampled at RAGEN's validation temperature 0.5) and random valid actions play the same episodes.
+on; sampled at RAGEN's validation temperature 0.5, and again at the rollouts' temperature 1.0) and random
+valid actions play the same episodes.
 A seed's record is written when it is done, so a stopped script resumes at the next seed.
 
     python benchmarks/organism_learning.py [--seeds 3 --iterations 60 --every 10 --val-episodes 256]
 Outputs go to benchmarks/results/organism_learning/: curves.csv (a row per seed and evaluation),
-results.json (per evaluation: the mean over seeds, their range, the 95 % Wilson interval of the
-episodes pooled over seeds), learning.png.
+results.json (per evaluation and temperature: the mean over seeds, their range, the 95 % Wilson interval
+of the episodes pooled over seeds), learning.png.
 """
 
 from __future__ import annotations
@@ -33,24 +34,19 @@ KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/respo
         "loss/clip_frac", "filter/kept_ratio", "time/iteration_s")
 
 
-class HeldOut:
-    """A trainer callback: held-out success (and random valid actions' on the same episodes) every
-    ``every`` iterations, into the iteration's metrics as ``val/success`` and ``val/random_success``."""
+class AtRolloutTemperature:
+    """A trainer callback: where the trainer validated (``val/success``, at RAGEN's temperature 0.5), the
+    same held-out episodes again at the rollouts' own temperature, as ``val/sampled_success``. Temperature
+    0.5 already sharpens the policy, which is much of what RL does; the rollouts' temperature shows that
+    part too."""
 
-    def __init__(self, episodes: int, every: int, temperature: float = 0.5):
-        self.episodes, self.every, self.temperature = episodes, every, temperature
-
-    def evaluate(self, trainer) -> dict:
-        run = trainer.config.rollout
-        config = replace(run, n_groups=self.episodes, group_size=1, seed=findings.HELD_OUT_SEED,
-                         sampling=replace(run.sampling, temperature=self.temperature, seed=None))
-        envs = {env_id: self.episodes for env_id in trainer.runner.mix}  # the mix's own counts are the run's
-        played = findings.held_out(trainer.policy, envs, config, findings.HELD_OUT_SEED)
-        return {f"val/{k}": v for k, v in played.items()}
+    def play(self, trainer) -> dict:
+        played = trainer.validate(temperature=trainer.config.rollout.sampling.temperature)
+        return {"val/sampled_success": played["val/success"], "val/sampled_format_valid": played["val/format_valid"]}
 
     def on_iteration_end(self, trainer, iteration: int, metrics: dict) -> None:
-        if iteration % self.every == 0:
-            metrics.update(self.evaluate(trainer))
+        if "val/success" in metrics:
+            metrics.update(self.play(trainer))
 
 
 def run_seed(out: Path, model: str, env: str, seed: int, args) -> dict:
@@ -60,13 +56,15 @@ def run_seed(out: Path, model: str, env: str, seed: int, args) -> dict:
     done = out / f"seed{seed}.json"
     if done.is_file():
         return json.loads(done.read_text())
-    config = findings.organism_config(args, env, out)
+    config = findings.organism_config(args, env, out, eval_steps=args.every, eval_episodes=args.val_episodes,
+                                      eval_seed=findings.HELD_OUT_SEED)
     config = replace(config, rollout=replace(config.rollout, seed=config.rollout.seed + 1000 * seed))
-    held_out = HeldOut(args.val_episodes, args.every)
+    sampled = AtRolloutTemperature()
     start = time.perf_counter()
-    trainer = Trainer(model, env, config, callbacks=[held_out])
-    first = {"iteration": 0, **held_out.evaluate(trainer)}
-    history = [first] + [{k: v for k, v in h.items() if k in KEPT or k.startswith("val/")} for h in trainer.train()]
+    trainer = Trainer(model, env, config, callbacks=[sampled])
+    first = sampled.play(trainer)  # the start's, beside the trainer's own validation before the first iteration
+    history = [{k: v for k, v in h.items() if k in KEPT or k.startswith("val/")} for h in trainer.train()]
+    history[0].update(first)
     record = {"seed": seed, "model": model, "wall_s": time.perf_counter() - start, "config": config.to_dict(),
               "history": history}
     done.write_text(json.dumps(record) + "\n")
@@ -75,7 +73,7 @@ def run_seed(out: Path, model: str, env: str, seed: int, args) -> dict:
 
 def summarise(records: list[dict], episodes: int) -> list[dict]:
     """Per evaluated iteration: held-out success over seeds (mean, range, the 95 % Wilson interval of all
-    seeds' episodes pooled) and the random level on the same episodes."""
+    seeds' episodes pooled) at each temperature evaluated, and the random level on the same episodes."""
     points = {}
     for r in records:
         for h in r["history"]:
@@ -83,12 +81,17 @@ def summarise(records: list[dict], episodes: int) -> list[dict]:
                 points.setdefault(h["iteration"], []).append(h)
     rows = []
     for it, hs in sorted(points.items()):
-        s = np.array([h["val/success"] for h in hs])
-        low, high = wilson(float(s.mean()), episodes * len(s))
-        rows.append({"iteration": it, "seeds": len(s), "val_success": float(s.mean()), "low": low,
-                     "high": high, "min": float(s.min()), "max": float(s.max()),
-                     "val_random_success": float(np.mean([h["val/random_success"] for h in hs])),
-                     "val_format_valid": float(np.mean([h["val/format_valid"] for h in hs]))})
+        row = {"iteration": it, "seeds": len(hs),
+               "val_random_success": float(np.mean([h["val/random_success"] for h in hs])),
+               "val_format_valid": float(np.mean([h["val/format_valid"] for h in hs]))}
+        for key, name in (("val/success", "val_success"), ("val/sampled_success", "sampled_success")):
+            if all(key in h for h in hs):
+                s = np.array([h[key] for h in hs])
+                low, high = wilson(float(s.mean()), episodes * len(s))
+                prefix = "" if name == "val_success" else "sampled_"
+                row.update({name: float(s.mean()), f"{prefix}low": low, f"{prefix}high": high,
+                            f"{prefix}min": float(s.min()), f"{prefix}max": float(s.max())})
+        rows.append(row)
     return rows
 
 
@@ -101,10 +104,12 @@ def plot(out: Path, records: list[dict], rows: list[dict], episodes: int) -> Non
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.9))
     x = [r["iteration"] for r in rows]
     ax = axes[0]
-    ax.fill_between(x, [r["min"] for r in rows], [r["max"] for r in rows], alpha=0.25, label="range over seeds")
-    ax.plot(x, [r["val_success"] for r in rows], marker="o", label=f"GRPO + top-p (mean of {len(records)} seeds)")
+    for prefix, name, label in (("", "val_success", "T = 0.5"), ("sampled_", "sampled_success", "T = 1")):
+        if all(name in r for r in rows):
+            ax.fill_between(x, [r[f"{prefix}min"] for r in rows], [r[f"{prefix}max"] for r in rows], alpha=0.2)
+            ax.plot(x, [r[name] for r in rows], marker="o", label=f"{label}: mean of {len(records)} seeds, range")
     ax.plot(x, [r["val_random_success"] for r in rows], "k--", label="random valid actions")
-    ax.set_title(f"held-out success ({episodes} episodes a point, T = 0.5)")
+    ax.set_title(f"held-out success ({episodes} episodes a point)")
     for ax, key, title in ((axes[1], "rollout/success", "training success (on-policy, 128 episodes)"),
                            (axes[2], "mi/retrieval_acc", "Retrieval-Acc (chance 1/P dashed)")):
         curves = np.array([[h.get(key, np.nan) for h in r["history"][1:]] for r in records], dtype=float)
@@ -144,22 +149,27 @@ def main() -> None:
     rows = summarise(records, args.val_episodes)
     with open(out / "curves.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["seed", "iteration", "val_success", "val_random_success", "val_format_valid"])
+        writer.writerow(["seed", "iteration", "val_success", "val_random_success", "val_format_valid",
+                         "sampled_success"])
         for r in records:
             for h in r["history"]:
                 if "val/success" in h:
                     writer.writerow([r["seed"], h["iteration"], h["val/success"], h["val/random_success"],
-                                     h["val/format_valid"]])
+                                     h["val/format_valid"], h.get("val/sampled_success", "")])
     (out / "results.json").write_text(json.dumps({"args": vars(args), "points": rows}, indent=2) + "\n")
     plot(out, records, rows, args.val_episodes)
-    print(f"{'iteration':>9s} {'held-out':>9s} {'95% interval':>15s} {'range':>13s} {'random':>7s}")
-    for r in rows:
-        print(f"{r['iteration']:9d} {r['val_success']:9.3f} {r['low']:7.3f}-{r['high']:.3f} "
-              f"{r['min']:6.3f}-{r['max']:.3f} {r['val_random_success']:7.3f}")
-    first, last = rows[0], rows[-1]
-    print(f"held-out success {first['val_success']:.3f} (SFT start) -> {last['val_success']:.3f} "
-          f"[{last['low']:.3f}, {last['high']:.3f}] after {last['iteration']} iterations; random valid actions "
-          f"{last['val_random_success']:.3f}; ratio to random {last['val_success'] / last['val_random_success']:.2f}x")
+    for prefix, name, label in (("", "val_success", "T = 0.5"), ("sampled_", "sampled_success", "T = 1")):
+        if not all(name in r for r in rows):
+            continue
+        print(f"held-out at {label}\n{'iteration':>9s} {'success':>9s} {'95% interval':>15s} {'range':>13s} "
+              f"{'random':>7s}")
+        for r in rows:
+            print(f"{r['iteration']:9d} {r[name]:9.3f} {r[prefix + 'low']:7.3f}-{r[prefix + 'high']:.3f} "
+                  f"{r[prefix + 'min']:6.3f}-{r[prefix + 'max']:.3f} {r['val_random_success']:7.3f}")
+        first, last = rows[0], rows[-1]
+        print(f"held-out success at {label} {first[name]:.3f} (SFT start) -> {last[name]:.3f} "
+              f"[{last[prefix + 'low']:.3f}, {last[prefix + 'high']:.3f}] after {last['iteration']} iterations; "
+              f"random valid actions {last['val_random_success']:.3f}")
     print(f"results in {out}")
 
 

@@ -1,7 +1,7 @@
 """What every training run needs, whatever the algorithm: the run folder (one run per folder, resume
 from a checkpoint), the model set up for training, the rollout runner, the scorer behind every loss
 (DDP-wrapped or FSDP-sharded over the ranks), the optimizer, the iteration loop with its logging,
-progress and early stop, and checkpoints. ``Trainer`` (``trainer.py``) is the RL algorithm on top:
+progress, held-out validation and early stop, and checkpoints. ``Trainer`` (``trainer.py``) is the RL algorithm on top:
 it defines ``iteration_step``.
 """
 
@@ -18,6 +18,7 @@ import torch
 from ragen_envs.agent import progress, vision
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
+from ragen_envs.agent.baseline import held_out
 from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import check_envs
@@ -25,11 +26,25 @@ from ragen_envs.registry import env_for
 from trainers import checkpoint, mi, run_folder
 from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig
-from trainers.distributed import (RANK_SEED_STRIDE, all_reduce, broadcast, distribute, full_state, init_distributed,
-                                  load_optimizer)
+from trainers.distributed import (RANK_SEED_STRIDE, all_reduce, broadcast, distribute, full_state, gathered,
+                                  init_distributed, load_optimizer)
 from trainers.metrics import MetricsLogger, plot_run
 from trainers.scoring import build_scorers
 from trainers.setup import model_name, prepare_model, use_bf16
+
+
+def check_held_out(cfg: TrainerConfig, groups: int, world: int) -> None:
+    """A ValueError where a validation env seed is also a training one (each rank's rollouts take the next
+    ``groups`` seeds an iteration from its own start)."""
+    val = range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes)
+    for rank in range(world):
+        start = cfg.rollout.seed + rank * RANK_SEED_STRIDE
+        trained = range(start, start + groups * cfg.num_iterations)
+        if val.start < trained.stop and trained.start < val.stop:
+            raise ValueError(f"the validation env seeds {val.start}-{val.stop - 1} (eval_seed, eval_episodes) overlap "
+                             f"the training seeds {trained.start}-{trained.stop - 1} ({groups} groups an iteration "
+                             f"from rollout seed {cfg.rollout.seed}): held-out episodes must never be trained on; "
+                             f"move eval_seed or the rollout seed")
 
 
 class TrainerBase:
@@ -58,6 +73,8 @@ class TrainerBase:
         # Everything that can be checked without the model is checked before it loads.
         self.device = pick_device(device)
         mix = check_envs(env or env_for("default"), cfg.rollout)
+        if cfg.eval_steps:
+            check_held_out(cfg, sum(mix.values()), self.world)
         self.output_dir = self._run_folder(cfg, mix)
         self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
         resume, resume_state = None, None
@@ -155,21 +172,22 @@ class TrainerBase:
                       f"{cfg.num_iterations}: nothing to train (raise --iterations to continue)", flush=True)
             return history
         self._bar = progress.bar(cfg.num_iterations, "it", "training") if self.rank == 0 else None
+        if cfg.eval_steps and self.iteration == 0:  # the start, to compare the run with
+            history.append(self._log({"iteration": 0, **self.validate()}))
         self._phase("starting")
         while self.iteration < cfg.num_iterations:
             metrics = self.iteration_step()
             self.iteration += 1
             metrics["iteration"] = self.iteration
+            if cfg.eval_steps and (self.iteration % cfg.eval_steps == 0 or self.iteration == cfg.num_iterations):
+                metrics.update(self.validate())
             history.append(metrics)
             for callback in self.callbacks:
                 callback.on_iteration_end(self, self.iteration, metrics)
             # The streak comes from the global filter, so every rank stops at the same iteration.
             stop = bool(cfg.filter_empty_stop) and self.empty_filter_streak >= cfg.filter_empty_stop
-            if self.logger is not None:
-                self.logger.log(metrics)
-                if cfg.logging_steps and self.iteration % cfg.logging_steps == 0:
-                    self._bar.print(self.logger.table_row(metrics))
-                self._phase("done" if self.iteration == cfg.num_iterations else "next")
+            self._log(metrics, print_row=bool(cfg.logging_steps) and self.iteration % cfg.logging_steps == 0)
+            self._phase("done" if self.iteration == cfg.num_iterations else "next")
             if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
                 self.save_checkpoint()  # on every rank: a sharded model is gathered first; rank 0 writes
             if stop:
@@ -183,6 +201,30 @@ class TrainerBase:
         if self.rank == 0 and cfg.plot:
             self.plot_path = plot_run(self.output_dir)
         return history
+
+    def _log(self, metrics: dict, print_row: bool = True) -> dict:
+        """Rank 0 writes ``metrics`` (and prints its table row); every rank returns them."""
+        if self.logger is not None:
+            self.logger.log(metrics)
+            if print_row:
+                self._bar.print(self.logger.table_row(metrics))
+        return metrics
+
+    def validate(self, temperature: float | None = None) -> dict:
+        """The held-out episodes: ``eval_episodes`` env seeds from ``eval_seed`` (per env of the run), never
+        trained on, played by the rollout policy at ``eval_temperature`` (or ``temperature``; the run's sampling
+        seeds, so every validation draws alike), with random valid actions on the same episodes beside them.
+        Every rank plays them (the same weights)."""
+        cfg = self.config
+        start = time.perf_counter()
+        self._phase("validation", episodes=cfg.eval_episodes * len(self.runner.mix))
+        config = replace(cfg.rollout, n_groups=cfg.eval_episodes, group_size=1, seed=cfg.eval_seed, sampling=replace(
+            cfg.rollout.sampling, temperature=cfg.eval_temperature if temperature is None else temperature))
+        self.model.eval()
+        with gathered(self.scorer, self.sharded):
+            played = held_out(self.rollout_policy, {env_id: cfg.eval_episodes for env_id in self.runner.mix}, config,
+                              cfg.eval_seed)
+        return {**{f"val/{k}": v for k, v in played.items()}, "time/eval_s": time.perf_counter() - start}
 
     def _phase(self, phase: str, **more) -> None:
         if self._bar is not None:

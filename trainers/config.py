@@ -118,6 +118,11 @@ class TrainerConfig:
     mi_every: int = 5  # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
     mi_first_turn_pairs: int = 64  # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
     mi_trajectory_pairs: int = 64  # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
+    # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
+    eval_steps: int = 0  # play them before the first iteration, every this many and at the last (0: never)
+    eval_episodes: int = 512  # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
+    eval_seed: int = 123  # their env seeds start here (RAGEN's seed.val)
+    eval_temperature: float = 0.5  # their sampling temperature (RAGEN's rollout.val_kwargs)
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
     logging_steps: int = 1  # print the metrics table every this many iterations
     plot: bool = True  # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
@@ -145,10 +150,10 @@ class TrainerConfig:
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")
-        for name in ("num_iterations", "ppo_epochs", "num_minibatches", "micro_batch_size"):
+        for name in ("num_iterations", "ppo_epochs", "num_minibatches", "micro_batch_size", "eval_episodes"):
             check(name, getattr(self, name) >= 1, ">= 1")
         for name in ("mi_every", "mi_first_turn_pairs", "mi_trajectory_pairs", "logging_steps", "save_steps",
-                     "save_rollouts_steps", "filter_empty_stop"):
+                     "save_rollouts_steps", "filter_empty_stop", "eval_steps", "eval_temperature"):
             check(name, getattr(self, name) >= 0, ">= 0")
         check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
         for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):
@@ -279,14 +284,15 @@ def organism_sft(**fields) -> SFTConfig:
 # scripts/runs/run_main_table_diff_algo.sh): P = 8 groups x G = 16, 400 tokens a turn, 5 turns of up to
 # 2 actions (10 actions an episode) unless the env's entry says otherwise; top-p 0.9 over the softmax of
 # the groups' reward std, mini-batches of 32, 400 iterations; training seeds from 10000 (RAGEN's
-# seed.train). "cpu-quick" is a few minutes on 2 CPU cores for the warm-started default model.
+# seed.train); validation before the first iteration and every 10 (base.yaml's test_freq). "cpu-quick"
+# is a few minutes on 2 CPU cores for the warm-started default model.
 # "organism" is ragen2-main for the model organism (trainers/organism.py, `make demo`): every layer
 # trained, at a rate for its size, MI scored every iteration; about 10 s an iteration on 2 CPU cores.
 PRESETS = ("ragen2-main", "cpu-quick", "organism")
 ORGANISM = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
-# RAGEN's validation (es_manager.val, seed.val, rollout.val_kwargs): 512 groups of one episode each, env
-# seeds from 123, sampled at temperature 0.5
-VALIDATION = {"ragen2-main": {"n_groups": 512, "group_size": 1, "seed": 123, "sampling": {"temperature": 0.5}}}
+# RAGEN's validation (TrainerConfig's eval_* defaults) as rollout settings, for `ragen eval --preset`
+VALIDATION = {"ragen2-main": {"n_groups": TrainerConfig.eval_episodes, "group_size": 1, "seed": TrainerConfig.eval_seed,
+                              "sampling": {"temperature": TrainerConfig.eval_temperature}}}
 VALIDATION["organism"] = VALIDATION["ragen2-main"]
 
 
@@ -300,6 +306,7 @@ def preset(name: str, env: str | None = None) -> dict:
     elif name == "ragen2-main":
         base = {"num_iterations": 400, "filter": "top_p", "filter_value": 0.9, "filter_prob_mode": "softmax",
                 "filter_metric": "std", "include_zero": True, "mini_batch_size": 32, "learning_rate": 1e-6,
+                "eval_steps": 10,
                 "rollout": {"n_groups": 8, "group_size": 16, "seed": 10000,
                             "chat": {"max_turns": 5, "max_actions_per_turn": 2},
                             "sampling": {"max_new_tokens": 400, "temperature": 1.0}}}

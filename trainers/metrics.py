@@ -33,6 +33,10 @@ METRICS = [
            "chance level; envs with a finite action set)", "", "Task", True),
     Metric("rollout/format_valid", "format", "share of replies with the <think>/<answer> format and a valid "
            "action", "high on its own says nothing about reasoning", "Task", True),
+    Metric("val/success", "val", "share of held-out episodes solved (eval_steps: env seeds never trained on, "
+           "sampled at eval_temperature)", "", "Held-out", True),
+    Metric("val/random_success", "val_rand", "success of random valid actions on the same held-out episodes", "",
+           "Held-out"),
     Metric("rollout/return_mean", "return", "mean episode return: env rewards plus format penalties", "",
            table=True),
     Metric("policy/token_entropy", "entropy", "mean entropy of the policy's next-token distribution over its "
@@ -77,7 +81,7 @@ METRICS = [
 BY_KEY = {m.key: m for m in METRICS}
 TABLE = [m for m in METRICS if m.table]
 # Panels in drawing order: quantities of one scale share a panel; (title, y-axis label, shares in [0, 1]).
-PANELS = [("Task", "share of episodes", True), ("Retrieval", "accuracy", True),
+PANELS = [("Held-out", "share of episodes", True), ("Task", "share of episodes", True), ("Retrieval", "accuracy", True),
           ("MI (nats/token)", "nats per token", False), ("Entropy (nats/token)", "nats per token", False),
           ("Reward variance", "variance", False), ("RV spread (std/mean)", "ratio", False),
           ("Filter", "share of groups", True), ("MI z-score (EMA)", "z (standard deviations)", False)]
@@ -196,6 +200,10 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return out
 
 
+# the panels whose first line is a share of episodes: the key of each point's episode count (older runs lack it)
+COUNTED = {"Held-out": "val/episodes", "Task": "rollout/episodes"}
+
+
 def draw(records: list[dict], title: str):
     """The figure of ``plot_run``."""
     import matplotlib
@@ -204,29 +212,31 @@ def draw(records: list[dict], title: str):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    columns = 4
+    columns = 3
     rows = -(-len(PANELS) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False)
-    x = [r["iteration"] for r in records]
-    episodes = [r.get("rollout/episodes") for r in records]
-    episodes = episodes if all(episodes) else []  # older runs did not record the count
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.2 * rows + 0.6), squeeze=False)
     no_reasoning = all(r.get("mi/empty_reasoning_rate") == 1.0 for r in records)
+    first, last = min(r["iteration"] for r in records), max(r["iteration"] for r in records)
+    margin = 0.05 * (last - first) or 0.5  # every panel spans the run, the sparse ones (MI, validation) too
     for ax, (panel, unit, share) in zip(axes.flat, PANELS):
         drawn = [m for m in METRICS if m.panel == panel]
+        counted = COUNTED.get(panel)
         for order, m in enumerate(drawn):
-            y = [r.get(m.key, math.nan) for r in records]
-            if all(v is None or math.isnan(v) for v in y):
+            # the records that hold it: MI every mi_every iterations, validation every eval_steps
+            points = [r for r in records if r.get(m.key) is not None and not math.isnan(r[m.key])]
+            if not points:
                 continue
-            chance = m.key in ("mi/retrieval_chance", "rollout/random_success")
+            x, y = [r["iteration"] for r in points], [r[m.key] for r in points]
+            chance = m.key in ("mi/retrieval_chance", "rollout/random_success", "val/random_success")
             style = {"linestyle": "--", "color": "grey"} if chance else {"marker": "o"}
             # Later lines draw on top and thinner: the first of a panel (success over format) stays visible.
             line, = ax.plot(x, y, label=m.label, zorder=10 - order, linewidth=2.6 - 0.7 * order,
                             markersize=5 - order, **style)
-            if m.key == "rollout/success" and episodes:  # the 95 % interval of each point's episodes
-                low, high = zip(*(wilson(v, n) for v, n in zip(y, episodes)))
+            if order == 0 and counted and all(r.get(counted) for r in points):  # each point's 95 % interval
+                low, high = zip(*(wilson(v, r[counted]) for v, r in zip(y, points)))
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0,
                                 label="95 % interval")
-        n = sorted({v for v in episodes if v}) if panel == "Task" else []
+        n = sorted({r[counted] for r in records if r.get(counted)}) if counted else []
         ax.set_title(panel + (f" ({n[0]} episodes a point)" if len(n) == 1 else
                               f" ({n[0]}-{n[-1]} episodes a point)" if n else ""), fontsize=10)
         ax.set_xlabel("iteration")
@@ -234,6 +244,7 @@ def draw(records: list[dict], title: str):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+            ax.set_xlim(first - margin, last + margin)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if share:
                 ax.set_ylim(-0.05, 1.05)
@@ -242,7 +253,7 @@ def draw(records: list[dict], title: str):
                 ax.set_ylim(min(low, 0), max(high, 1e-3))
         else:
             why = "\n(no <think> reasoning to score)" if no_reasoning and panel in ("Retrieval", "MI (nats/token)") \
-                else ""
+                else "\n(no validation: eval_steps)" if panel == "Held-out" else ""
             ax.text(0.5, 0.5, "no data" + why, ha="center", va="center", transform=ax.transAxes, color="grey")
             ax.set_xticks([])
             ax.set_yticks([])

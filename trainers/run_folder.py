@@ -57,10 +57,11 @@ def clear(paths: list[Path]) -> None:
 
 
 # == the run's record ===============================================================================
-# Settings a resume may change: how far the run goes and what it writes, not what it trains.
+# Settings a resume may change: how far the run goes, what it writes and validates, not what it trains.
 RESUME_FREE = {"num_iterations", "output_dir", "overwrite_output_dir", "resume_from_checkpoint",
                "allow_config_changes", "logging_steps", "plot", "save_strategy", "save_steps",
-               "save_total_limit", "save_rollouts_steps"}
+               "save_total_limit", "save_rollouts_steps", "eval_steps", "eval_episodes", "eval_seed",
+               "eval_temperature"}
 
 
 def read_record(folder: Path) -> dict | None:

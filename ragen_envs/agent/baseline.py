@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.agent.trajectory import Trajectory
 
 
@@ -31,3 +34,16 @@ def random_success(trajectories: list[Trajectory], chat: ChatEnvConfig, seed: in
     for env in envs.values():
         env.close()
     return {env_id: sum(w) / len(w) for env_id, w in wins.items()}
+
+
+def held_out(policy, envs, config: RolloutConfig, seed: int = 0) -> dict[str, float]:
+    """Play ``config``'s episodes of ``envs`` (an env id or a mix) with ``policy``: their number, success
+    and format validity, and the success of random valid actions (seeded by ``seed``) on the same episodes
+    (nan where no env has a finite action set)."""
+    from ragen_envs.agent.async_rollout import make_runner
+
+    trajectories = make_runner(envs, policy, config).collect()
+    chance = random_success(trajectories, config.chat, seed)
+    return {"episodes": len(trajectories), "success": float(np.mean([t.success for t in trajectories])),
+            "random_success": float(np.mean(list(chance.values()))) if chance else float("nan"),
+            "format_valid": float(np.mean([t.format_valid for t in trajectories]))}

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import collapse_diagnostics  # noqa: E402
 import findings  # noqa: E402
-from conftest import SMOKE, SMOKE_KWARGS  # noqa: E402
+from conftest import SMOKE  # noqa: E402
 
 
 def test_spearman_is_a_rank_correlation_with_ties():
@@ -124,12 +124,17 @@ def test_the_learning_summary_pools_seeds_and_the_plot_is_written(tmp_path):
         return {"seed": seed, "history": history}
 
     records = [record(0, [0.2, 0.4]), record(1, [0.3, 0.6])]
+    for r in records:  # at the rollouts' temperature: 0.1 lower
+        for h in r["history"]:
+            h["val/sampled_success"] = h["val/success"] - 0.1
     rows = organism_learning.summarise(records, episodes=100)
     assert [r["iteration"] for r in rows] == [0, 2]
     last = rows[-1]
     assert last["val_success"] == pytest.approx(0.5) and (last["min"], last["max"]) == (0.4, 0.6)
     # the Wilson interval of 200 pooled episodes at 0.5: about +-0.069
     assert last["low"] == pytest.approx(0.431, abs=1e-3) and last["high"] == pytest.approx(0.569, abs=1e-3)
+    assert last["sampled_success"] == pytest.approx(0.4) and last["sampled_max"] == pytest.approx(0.5)
+    assert last["sampled_low"] < 0.4 < last["sampled_high"] < last["high"]
     organism_learning.plot(tmp_path, records, rows, 100)
     assert (tmp_path / "learning.png").stat().st_size > 0
 
@@ -146,22 +151,28 @@ def test_without_a_model_the_findings_train_the_organism_at_ragens_scale():
     assert findings.training(given) == {"learning_rate": 1e-4, "freeze_layers": 20}
 
 
-def test_the_held_out_check_plays_its_own_episodes_not_the_runs_groups(scripted):
+def test_where_the_trainer_validated_the_same_episodes_play_again_at_the_rollouts_temperature():
     from types import SimpleNamespace
 
     import organism_learning
-    from ragen_envs.agent import ChatEnvConfig, RolloutConfig
+    from ragen_envs.agent import RolloutConfig
 
-    run = RolloutConfig(n_groups=3, group_size=4, env_kwargs={SMOKE: SMOKE_KWARGS}, chat=ChatEnvConfig(max_turns=2))
-    trainer = SimpleNamespace(config=SimpleNamespace(rollout=run), runner=SimpleNamespace(mix={SMOKE: 3}),
-                              policy=scripted(["<think>x</think><answer>Right</answer>"]))
-    held_out = organism_learning.HeldOut(episodes=5, every=2)
-    metrics = {}
-    held_out.on_iteration_end(trainer, 3, metrics)
-    assert metrics == {}  # not an evaluation iteration
-    held_out.on_iteration_end(trainer, 4, metrics)
-    assert metrics["val/episodes"] == 5 and 0 <= metrics["val/success"] <= 1 and metrics["val/format_valid"] == 1
-    assert 0 <= metrics["val/random_success"] <= 1
+    asked = []
+
+    def validate(temperature=None):
+        asked.append(temperature)
+        return {"val/success": temperature / 4, "val/format_valid": 1.0}
+
+    run = RolloutConfig()
+    trainer = SimpleNamespace(config=SimpleNamespace(rollout=run), validate=validate)
+    callback = organism_learning.AtRolloutTemperature()
+    metrics = {"iteration": 3}
+    callback.on_iteration_end(trainer, 3, metrics)
+    assert metrics == {"iteration": 3} and asked == []  # the trainer did not validate here
+    metrics = {"iteration": 4, "val/success": 0.1}
+    callback.on_iteration_end(trainer, 4, metrics)
+    assert asked == [run.sampling.temperature] and run.sampling.temperature != 0.5
+    assert metrics["val/success"] == 0.1 and metrics["val/sampled_success"] == run.sampling.temperature / 4
 
 
 def test_the_collapse_script_writes_both_runs_curves_and_plot(tmp_path, monkeypatch):

@@ -84,7 +84,8 @@ def test_one_iteration_changes_the_weights_and_logs_every_metric(algorithm, toke
     trainer = Trainer(model, SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[0]
     assert EXPECTED_KEYS <= metrics.keys(), EXPECTED_KEYS - metrics.keys()
-    documented = {m.key for m in METRICS if m.key != "loss/kl"}  # KL is off by default, as in RAGEN's runs
+    # KL is off by default, as in RAGEN's runs; validation too (its own test below)
+    documented = {m.key for m in METRICS if m.key != "loss/kl" and not m.key.startswith("val/")}
     assert documented <= metrics.keys(), documented - metrics.keys()  # the README explains real names
     assert metrics["filter/kept_groups"] >= 1 and metrics["filter/skipped"] == 0
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
@@ -155,6 +156,44 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tokenizer, tmp_pa
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
     lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+
+
+def test_validation_plays_held_out_episodes_and_leaves_the_run_as_it_was(tokenizer, tmp_path):
+    class Recorded(SeededReplies):
+        def generate(self, prompts, sampling):
+            self.calls.append((len(prompts), sampling.temperature))
+            return super().generate(prompts, sampling)
+
+    runs, policies = {}, {}
+    for steps in (0, 2):
+        policies[steps] = policy = Recorded(tokenizer)
+        policy.calls = []
+        cfg = config(tmp_path / str(steps), num_iterations=3, eval_steps=steps, eval_episodes=5, eval_temperature=0.7,
+                     plot=steps > 0)
+        runs[steps] = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=policy).train()
+    plain, validated = runs[0], runs[2]
+    # before the first iteration, every eval_steps-th and the last
+    assert [h["iteration"] for h in validated] == [0, 1, 2, 3]
+    assert ["val/success" in h for h in validated] == [True, False, True, True]
+    assert set(validated[0]) == {"iteration", "val/success", "val/random_success", "val/format_valid", "val/episodes",
+                                 "time/eval_s"}
+    assert validated[2]["val/episodes"] == 5 and 0 <= validated[2]["val/random_success"] <= 1
+    # its episodes (one a seed) at eval_temperature; the training rollouts (12 a turn) at theirs
+    assert {t for n, t in policies[2].calls if n <= 5} == {0.7} and {t for n, t in policies[0].calls} == {1.0}
+    # it takes nothing from the run: the same rollouts and updates as without it
+    for a, b in zip(plain, validated[1:]):
+        for key in a:
+            if not key.startswith("time/"):
+                assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+    lines = (tmp_path / "2" / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [0, 1, 2, 3]
+    assert (tmp_path / "2" / "run" / "metrics.png").stat().st_size > 0
+    # held-out means never trained on: 3 groups x 3 iterations from seed 0 reach seed 5
+    with pytest.raises(ValueError, match="validation env seeds 5-9 .* overlap the training seeds 0-8"):
+        Trainer(make_model(tokenizer), SMOKE, config(tmp_path / "x", num_iterations=3, eval_steps=1, eval_seed=5,
+                                                     eval_episodes=5), tokenizer=tokenizer)
+    Trainer(make_model(tokenizer), SMOKE, config(tmp_path / "y", num_iterations=3, eval_steps=1, eval_seed=9),
+            tokenizer=tokenizer)
 
 
 def test_sequences_mask_only_generated_tokens():
