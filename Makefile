@@ -37,18 +37,19 @@ $(VLLM): pyproject.toml
 
 # The demo: the model organism of the demo env (a 0.6M-parameter decoder and a tokenizer learnt on the
 # env's text, trained on its oracle demonstrations: about 3 minutes on 2 CPU cores the first time,
-# then reused from the user cache, where benchmarks/ finds it too), then GRPO with top-p at RAGEN's
-# main-table scale (--preset organism, about 10 s an iteration), a metrics table, the plot in
-# demo_out/run/metrics.png and the episodes in demo_out/run/report.html. --overwrite replaces the
-# previous demo's run. `make demo-smollm2` is the same with the embedded SmolLM2-135M, warm-started.
-# The demo's env is the catalogue's (the entry with role "demo").
+# then reused from the user cache, where benchmarks/ finds it too), then 30 GRPO iterations with top-p
+# at RAGEN's main-table scale (--preset organism, about 10 s an iteration), validated on 512 held-out
+# episodes every 10 at the rollouts' temperature (where GRPO's sharpening of the policy shows), a
+# metrics table, the plot in demo_out/run/metrics.png and the episodes in demo_out/run/report.html.
+# --overwrite replaces the previous demo's run. `make demo-smollm2` is the same with the embedded
+# SmolLM2-135M, warm-started. The demo's env is the catalogue's (the entry with role "demo").
 DEMO_ENV = $(shell $(PY) -c "from ragen_envs.registry import env_for; print(env_for('demo'))")
 ORGANISM = $(shell $(PY) -c "from trainers.organism import organism_dir; print(organism_dir(['$(DEMO_ENV)']))")
 WARM_START = $(shell $(PY) -c "from trainers.sft import warm_start_dir; print(warm_start_dir('$(DEMO_ENV)'))")
 demo: $(DEV)
 	$(VENV)/bin/ragen sft --from-scratch --env $(DEMO_ENV) --output-dir $(ORGANISM)
 	$(VENV)/bin/ragen train --model $(ORGANISM) --preset organism --env $(DEMO_ENV) \
-		--output-dir demo_out/run --overwrite --logging-steps 5
+		--iterations 30 --eval-temperature 1 --output-dir demo_out/run --overwrite --logging-steps 5
 	$(VENV)/bin/ragen view demo_out/run
 
 demo-smollm2: $(DEV)
