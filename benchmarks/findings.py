@@ -130,14 +130,15 @@ def organism_setup(args, script: str) -> tuple[str, str, Path]:
 
 
 def organism_config(args, env: str, out: Path, **fields):
-    """The organism preset's TrainerConfig for a study's run into ``out/runs``: metrics only, with
-    ``--iterations`` and ``--learning-rate`` (when given) over the preset's, and ``fields``."""
+    """The organism preset's TrainerConfig for a study's run into ``out/runs``: metrics only (no validation
+    unless ``fields`` ask for it), with ``--iterations`` and ``--learning-rate`` (when given) over the
+    preset's, and ``fields``."""
     from trainers import TrainerConfig
 
-    rate = {"learning_rate": args.learning_rate} if args.learning_rate else {}
+    fields = {"eval_steps": 0, **({"learning_rate": args.learning_rate} if args.learning_rate else {}), **fields}
     return TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, output_dir=str(out / "runs"),
                                      overwrite_output_dir=True, save_strategy="no", save_rollouts_steps=0,
-                                     plot=False, logging_steps=0, **rate, **fields)
+                                     plot=False, logging_steps=0, **fields)
 
 
 def warm_start_model() -> str:

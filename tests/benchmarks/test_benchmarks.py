@@ -151,6 +151,13 @@ def test_without_a_model_the_findings_train_the_organism_at_ragens_scale():
     assert findings.training(given) == {"learning_rate": 1e-4, "freeze_layers": 20}
 
 
+def test_an_organism_study_validates_only_where_it_asks(tmp_path):
+    args = findings.organism_parser("").parse_args(["--learning-rate", "2e-3"])
+    plain = findings.organism_config(args, SMOKE, tmp_path)
+    assert plain.eval_steps == 0 and plain.learning_rate == 2e-3  # the preset validates every 10: a study's cost
+    assert findings.organism_config(args, SMOKE, tmp_path, eval_steps=5).eval_steps == 5
+
+
 def test_where_the_trainer_validated_the_same_episodes_play_again_at_the_rollouts_temperature():
     from types import SimpleNamespace
 
