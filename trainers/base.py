@@ -33,10 +33,11 @@ from trainers.scoring import build_scorers
 from trainers.setup import model_name, prepare_model, use_bf16
 
 
-def check_held_out(cfg: TrainerConfig, groups: int, world: int) -> None:
-    """A ValueError where a validation env seed is also a training one (each rank's rollouts take the next
-    ``groups`` seeds an iteration from its own start)."""
-    val = range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes)
+def check_held_out(cfg: TrainerConfig, groups: int, envs: int, world: int) -> None:
+    """A ValueError where a validation env seed is also a training one: validation takes ``eval_episodes``
+    seeds per env, one after another from ``eval_seed``; each rank's rollouts take the next ``groups``
+    seeds an iteration from its own start."""
+    val = range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes * envs)
     for rank in range(world):
         start = cfg.rollout.seed + rank * RANK_SEED_STRIDE
         trained = range(start, start + groups * cfg.num_iterations)
@@ -74,7 +75,7 @@ class TrainerBase:
         self.device = pick_device(device)
         mix = check_envs(env or env_for("default"), cfg.rollout)
         if cfg.eval_steps:
-            check_held_out(cfg, sum(mix.values()), self.world)
+            check_held_out(cfg, sum(mix.values()), len(mix), self.world)
         self.output_dir = self._run_folder(cfg, mix)
         self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
         resume, resume_state = None, None
@@ -173,19 +174,20 @@ class TrainerBase:
             return history
         self._bar = progress.bar(cfg.num_iterations, "it", "training") if self.rank == 0 else None
         if cfg.eval_steps and self.iteration == 0:  # the start, to compare the run with
-            history.append(self._log({"iteration": 0, **self.validate()}))
+            history.append(self._log({"iteration": 0, **self.validate()}, print_row=bool(cfg.logging_steps)))
         self._phase("starting")
         while self.iteration < cfg.num_iterations:
             metrics = self.iteration_step()
             self.iteration += 1
             metrics["iteration"] = self.iteration
-            if cfg.eval_steps and (self.iteration % cfg.eval_steps == 0 or self.iteration == cfg.num_iterations):
+            # The streak comes from the global filter, so every rank stops at the same iteration.
+            stop = bool(cfg.filter_empty_stop) and self.empty_filter_streak >= cfg.filter_empty_stop
+            if cfg.eval_steps and (self.iteration % cfg.eval_steps == 0 or self.iteration == cfg.num_iterations
+                                   or stop):
                 metrics.update(self.validate())
             history.append(metrics)
             for callback in self.callbacks:
                 callback.on_iteration_end(self, self.iteration, metrics)
-            # The streak comes from the global filter, so every rank stops at the same iteration.
-            stop = bool(cfg.filter_empty_stop) and self.empty_filter_streak >= cfg.filter_empty_stop
             self._log(metrics, print_row=bool(cfg.logging_steps) and self.iteration % cfg.logging_steps == 0)
             self._phase("done" if self.iteration == cfg.num_iterations else "next")
             if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
@@ -211,10 +213,10 @@ class TrainerBase:
         return metrics
 
     def validate(self, temperature: float | None = None) -> dict:
-        """The held-out episodes: ``eval_episodes`` env seeds from ``eval_seed`` (per env of the run), never
-        trained on, played by the rollout policy at ``eval_temperature`` (or ``temperature``; the run's sampling
-        seeds, so every validation draws alike), with random valid actions on the same episodes beside them.
-        Every rank plays them (the same weights)."""
+        """The held-out episodes: ``eval_episodes`` per env of the run (env seeds from ``eval_seed``, one after
+        another over the envs), never trained on, played by the rollout policy at ``eval_temperature`` (or
+        ``temperature``; the run's sampling seeds, so every validation draws alike), with random valid actions
+        on the same episodes beside them. Every rank plays them (the same weights)."""
         cfg = self.config
         start = time.perf_counter()
         self._phase("validation", episodes=cfg.eval_episodes * len(self.runner.mix))

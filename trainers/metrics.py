@@ -215,7 +215,8 @@ def draw(records: list[dict], title: str):
     columns = 3
     rows = -(-len(PANELS) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.2 * rows + 0.6), squeeze=False)
-    no_reasoning = all(r.get("mi/empty_reasoning_rate") == 1.0 for r in records)
+    scored = [r for r in records if "mi/empty_reasoning_rate" in r]  # not the validation before the first
+    no_reasoning = bool(scored) and all(r["mi/empty_reasoning_rate"] == 1.0 for r in scored)
     first, last = min(r["iteration"] for r in records), max(r["iteration"] for r in records)
     margin = 0.05 * (last - first) or 0.5  # every panel spans the run, the sparse ones (MI, validation) too
     for ax, (panel, unit, share) in zip(axes.flat, PANELS):

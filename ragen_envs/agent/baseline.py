@@ -42,7 +42,11 @@ def held_out(policy, envs, config: RolloutConfig, seed: int = 0) -> dict[str, fl
     (nan where no env has a finite action set)."""
     from ragen_envs.agent.async_rollout import make_runner
 
-    trajectories = make_runner(envs, policy, config).collect()
+    runner = make_runner(envs, policy, config)
+    try:
+        trajectories = runner.collect()
+    finally:
+        runner.close()
     chance = random_success(trajectories, config.chat, seed)
     return {"episodes": len(trajectories), "success": float(np.mean([t.success for t in trajectories])),
             "random_success": float(np.mean(list(chance.values()))) if chance else float("nan"),

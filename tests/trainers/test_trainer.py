@@ -188,7 +188,17 @@ def test_validation_plays_held_out_episodes_and_leaves_the_run_as_it_was(tokeniz
     lines = (tmp_path / "2" / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [0, 1, 2, 3]
     assert (tmp_path / "2" / "run" / "metrics.png").stat().st_size > 0
-    # held-out means never trained on: 3 groups x 3 iterations from seed 0 reach seed 5
+    # held-out means never trained on: 3 groups x 3 iterations from seed 0 reach seed 5; a mix validates
+    # eval_episodes per env, one env after another
+    from dataclasses import replace
+
+    from trainers.base import check_held_out
+
+    mixed = config(tmp_path / "m", eval_steps=1, eval_seed=0, eval_episodes=4)
+    mixed = replace(mixed, rollout=replace(mixed.rollout, seed=6))
+    check_held_out(mixed, groups=2, envs=1, world=1)  # validation 0-3, training 6-7
+    with pytest.raises(ValueError, match="validation env seeds 0-7 .* overlap the training seeds 6-7"):
+        check_held_out(mixed, groups=2, envs=2, world=1)
     with pytest.raises(ValueError, match="validation env seeds 5-9 .* overlap the training seeds 0-8"):
         Trainer(make_model(tokenizer), SMOKE, config(tmp_path / "x", num_iterations=3, eval_steps=1, eval_seed=5,
                                                      eval_episodes=5), tokenizer=tokenizer)
@@ -245,10 +255,13 @@ def test_group_advantages_are_per_trajectory_across_segments():
 
 def test_the_run_stops_after_iterations_in_a_row_that_keep_nothing(tokenizer, tmp_path, capsys):
     # The tiny model's own replies are never valid: every group's returns are equal, nothing is kept.
-    cfg = config(tmp_path, filter="top_p", num_iterations=5, filter_empty_stop=2, max_new_tokens=6)
+    cfg = config(tmp_path, filter="top_p", num_iterations=5, filter_empty_stop=2, max_new_tokens=6, eval_steps=4,
+                 eval_episodes=2)
     history = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer).train()
-    assert [m["filter/empty_streak"] for m in history] == [1.0, 2.0]
+    assert [m["filter/empty_streak"] for m in history[1:]] == [1.0, 2.0]
     assert "stopping early" in capsys.readouterr().out
+    # validated at the start and where the run stopped (its last iteration, though no multiple of eval_steps)
+    assert ["val/success" in m for m in history] == [True, False, True]
 
 
 @pytest.mark.parametrize("metric", ["entropy", "entropy_std", "length", "mean"])
