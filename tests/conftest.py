@@ -131,7 +131,7 @@ def scripted(tokenizer):
 
 # The slowest files first: under `--dist loadfile` (`make test`) a file runs on one worker, so a long
 # one started last would finish the suite alone.
-SLOWEST_FILES = ("test_distributed.py", "test_readme.py", "test_runs.py")
+SLOWEST_FILES = ("test_distributed.py", "test_readme.py", "test_runs.py", "test_trainer.py")
 
 
 def pytest_collection_modifyitems(items):
