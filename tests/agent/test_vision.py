@@ -202,8 +202,13 @@ def test_openai_backend_sends_each_image_as_a_data_uri(tiny_vlm_path):
     urls = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
     assert len(urls) == 2 and all(u.startswith("data:image/png;base64,") for u in urls)
     base64.b64decode(urls[0].split(",", 1)[1], validate=True)
-    shown = vision.message_images(trajs[-1].messages)
-    assert np.array_equal(vision.from_data_uri(urls[-1]), shown[-1])
+    # requests run concurrently, so the last one may be any episode's second turn: each episode's two boards
+    # went out as one request's two images
+    sent = [[vision.from_data_uri(p["image_url"]["url"]) for m in b["messages"] if isinstance(m["content"], list)
+             for p in m["content"] if p["type"] == "image_url"] for _, b in server.requests]
+    for t in trajs:
+        shown = vision.message_images(t.messages)
+        assert any(len(s) == 2 and all(np.array_equal(a, b) for a, b in zip(s, shown)) for s in sent)
     # the stored prompt is the model's own encoding, placeholders included
     assert policy.processor is not None and trajs[-1].turns[-1].prompt_ids and \
         vision.ImageTokens(policy.processor).count(trajs[-1].turns[-1].prompt_ids) == 2
