@@ -58,7 +58,7 @@ def main() -> None:
     model = findings.warm_model(args)
     cells = [(f"slip{slip}-{name}-seed{seed}", {"slip": slip, "filter": name}, s, seed,
               {"filter": name, "filter_value": 0.9, "env_kwargs": {"slip": slip}})
-             for slip in SLIPS for name in FILTERS for seed in range(s.seeds)]
+             for seed in range(s.seeds) for slip in SLIPS for name in FILTERS]  # a stopped sweep has whole seeds
     rows = findings.run_cells(args, out, model, cells)
     findings.write_table(out, rows, COLUMNS, "FrozenLakeCoord slip sweep (means over the run's later iterations)")
     plot(out, rows)

@@ -48,6 +48,20 @@ def test_finished_only_summarises_the_finished_cells_and_trains_none(tmp_path, m
     assert findings.run_cells(args, tmp_path, "m", cells) == [{"label": "a", "cell": "a", "val_success": 0.5}]
 
 
+def test_workers_read_the_cells_in_their_own_processes_and_keep_the_order(tmp_path):
+    import argparse
+
+    for name, value in (("a", 0.5), ("b", 0.25), ("c", 0.75)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps({"cell": name, "val_success": value}))
+    cells = [(name, {"label": name}, findings.QUICK, 0, {}) for name in ("a", "b", "c")]
+    args = argparse.Namespace(model="m", learning_rate=None, freeze_layers=None, workers=2)
+    rows = findings.run_cells(args, tmp_path, "m", cells)
+    assert [(r["label"], r["val_success"]) for r in rows] == [("a", 0.5), ("b", 0.25), ("c", 0.75)]
+    with pytest.raises(ValueError, match="--workers"):
+        findings.run_cells(argparse.Namespace(**{**vars(args), "workers": 0}), tmp_path, "m", cells)
+
+
 def test_bootstrap_intervals_hold_the_statistic_and_need_enough_runs():
     success = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]  # loosely rising with x
     rows = [{"x": float(i), "val_success": float(y)} for i, y in enumerate(success)]
