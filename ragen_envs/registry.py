@@ -208,6 +208,32 @@ _TYPES = {float: ((int, float), "a number"), int: ((int,), "an integer"), bool: 
           str: ((str,), "a string")}
 
 
+def type_mismatch(value, hint, classes: bool = False) -> str | None:
+    """What ``value`` should have been for the annotation ``hint`` ("a number", "an integer or None", "one of
+    'a', 'b'"), or None when it fits or its type is not checked here. Numbers, booleans, strings and Literals
+    are always checked; other classes (a list, a dict) only with ``classes``."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    options = typing.get_args(hint) if union else (hint,)
+    wanted = []
+    for option in options:
+        if option is type(None):
+            fits, name = value is None, "None"
+        elif typing.get_origin(option) is typing.Literal:
+            fits, name = value in typing.get_args(option), "one of " + ", ".join(map(repr, typing.get_args(option)))
+        elif option in _TYPES:
+            kinds, name = _TYPES[option]
+            fits = isinstance(value, kinds) and (option is bool or not isinstance(value, bool))
+        elif classes and isinstance(typing.get_origin(option) or option, type):
+            kind = typing.get_origin(option) or option
+            fits, name = isinstance(value, kind), f"a {kind.__name__}"
+        else:
+            return None  # a type not checked here: the code that takes the value checks it
+        if fits:
+            return None
+        wanted.append(name)
+    return " or ".join(wanted)
+
+
 @lru_cache(maxsize=None)
 def _signature(cls: type) -> tuple[list[str] | None, dict]:
     """The keyword names ``cls.__init__`` takes (None: any) and their type hints (empty: unresolvable)."""
@@ -222,7 +248,7 @@ def _signature(cls: type) -> tuple[list[str] | None, dict]:
 
 def check_arguments(cls: type, kwargs: dict) -> None:
     """A ValueError for a keyword argument the env class does not take ("did you mean") or whose value is
-    not of its annotated type (a number, an integer, a bool, a string), before the env's code meets it."""
+    not of its annotated type, before the env's code meets it."""
     names, hints = _signature(cls)
     if names is not None:
         for key in kwargs:
@@ -231,14 +257,9 @@ def check_arguments(cls: type, kwargs: dict) -> None:
                 hint = f"; did you mean {close[0]!r}?" if close else f" (it takes: {', '.join(names)})"
                 raise ValueError(f"unknown argument {key!r}{hint}")
     for key, value in kwargs.items():
-        hint = hints.get(key)
-        options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-        allowed = [_TYPES[t] for t in options if t in _TYPES]
-        if value is None and type(None) in options or len(allowed) < len(options) - (type(None) in options):
-            continue  # None where None is allowed; a type not checked here
-        if allowed and not any(isinstance(value, types) and (bool in types or not isinstance(value, bool))
-                               for types, _ in allowed):
-            raise ValueError(f"argument {key!r} must be {' or '.join(name for _, name in allowed)}, got {value!r}")
+        wanted = type_mismatch(value, hints[key]) if key in hints else None
+        if wanted:
+            raise ValueError(f"argument {key!r} must be {wanted}, got {value!r}")
 
 
 def register(entry: EnvEntry) -> None:

@@ -23,6 +23,8 @@ import typing
 from functools import lru_cache
 from typing import Any, Literal
 
+from ragen_envs.registry import type_mismatch
+
 
 def _dest(f: dataclasses.Field) -> str:
     return f.metadata.get("flag", f.name).replace("-", "_")
@@ -216,7 +218,9 @@ def flatten(cls: type, data: dict, where: str = "") -> dict[str, Any]:
                 raise ValueError(f"config key {where}{key!r} must be a mapping, got {value!r}")
             out.update(flatten(tp, value, f"{where}{key}."))
         else:
-            _check_type(value, tp, f"{where}{key}")
+            wanted = type_mismatch(value, tp, classes=True)  # as a flag's value is converted to the field's type
+            if wanted:
+                raise ValueError(f"config key {where + str(key)!r} must be {wanted}, got {value!r}")
             out[_dest(f)] = value
     return out
 
@@ -244,24 +248,6 @@ def did_you_mean(word: str, known) -> str:
     if close:
         return f"; did you mean {close[0]!r}?"
     return f" (known: {', '.join(sorted(known))})"
-
-
-def _check_type(value, tp, name: str) -> None:
-    """A config-file value must have the field's type, as a flag's value is converted to it."""
-    inner, optional = _parts(tp)
-    if value is None and optional:
-        return
-    origin = typing.get_origin(inner)
-    if origin is Literal:
-        ok = value in typing.get_args(inner)
-    elif inner is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif inner is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, origin or inner)
-    if not ok:
-        raise ValueError(f"config key {name!r} must be {inner}, got {value!r}")
 
 
 class Parser(argparse.ArgumentParser):

@@ -3,12 +3,13 @@
 import ast
 import re
 from pathlib import Path
+from typing import Literal
 
 import gymnasium as gym
 import pytest
 
 from ragen_envs import ENVIRONMENTS, EnvEntry, MissingExtraError
-from ragen_envs.registry import register
+from ragen_envs.registry import register, type_mismatch
 from conftest import DEFAULT, env_params
 
 
@@ -77,3 +78,15 @@ def test_no_file_outside_an_envs_package_entry_and_test_names_its_id():
                 continue
             offenders.append(f"{rel}: {env_id}")
     assert offenders == [], "\n".join(offenders)
+
+
+@pytest.mark.parametrize("value, hint, classes, wanted", [
+    (3, int, False, None), (True, int, False, "an integer"), (2, float, False, None),
+    ("x", float | None, False, "a number or None"), (None, float | None, False, None),
+    ("c", Literal["a", "b"], False, "one of 'a', 'b'"), ("a", Literal["a", "b"], False, None),
+    ("x", list[int], False, None), ("x", list[int], True, "a list"), ([1], list[int] | None, True, None),
+])
+def test_type_mismatch_names_what_was_wanted(value, hint, classes, wanted):
+    """One check for env arguments and run-config keys: bool is no integer, a Literal lists its choices,
+    classes only where asked."""
+    assert type_mismatch(value, hint, classes) == wanted
