@@ -274,17 +274,21 @@ def wilson(share: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
+def run_settings(run_dir: Path) -> list[str]:
+    """What a run folder's config.json says was trained on what ([] without a readable config)."""
+    try:
+        c = json.loads((Path(run_dir) / "config.json").read_text())
+        envs = ", ".join(f"{k.split('/')[-1]} x{v}" for k, v in c["env"].items())
+        return [f"{c['algorithm']} on {envs}", f"P x G = {c['rollout']['n_groups']} x {c['rollout']['group_size']}",
+                "no filter" if c["filter"] == "none" else f"filter {c['filter']} {c['filter_value']}",
+                f"lr {c['learning_rate']:g}", f"model {c['model'] or 'default'}"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []  # a folder without a (readable) config still plots and reports
+
+
 def _run_title(run_dir: Path) -> str:
-    """The run's name (its folder, with the parent's) and, from its config.json, what was trained on what."""
+    """The run's name (its folder, with the parent's) and what was trained on what."""
     run_dir = run_dir.resolve()
     title = f"{run_dir.parent.name}/{run_dir.name}" if run_dir.parent.name else run_dir.name
-    try:
-        c = json.loads((run_dir / "config.json").read_text())
-        r = c["rollout"]
-        envs = ", ".join(f"{k.split('/')[-1]} x{v}" for k, v in c["env"].items())
-        filt = "no filter" if c["filter"] == "none" else f"{c['filter']} {c['filter_value']}"
-        title += (f"\n{c['algorithm']} on {envs} groups, G={r['group_size']}, {filt}, lr {c['learning_rate']:g}, "
-                  f"model {c['model'] or 'default'}")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass  # a folder without a (readable) config still plots
-    return title
+    settings = run_settings(run_dir)
+    return title + ("\n" + ", ".join(settings) if settings else "")

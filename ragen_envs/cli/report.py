@@ -243,19 +243,12 @@ def rollout_file(source: Path, iteration: int | None = None) -> Path:
 
 def run_header(run: Path, path: Path, saved: list[Path]) -> str:
     """A run folder's links (plot, config) and settings, and the saved iterations to pick from."""
-    import json
+    from trainers.metrics import run_settings
 
     e = html.escape
     links = [f'<a href="{name}">{label}</a>' for name, label in (("metrics.png", "plot"), ("config.json", "config"))
              if (run / name).is_file()]
-    try:
-        c = json.loads((run / "config.json").read_text())
-        settings = [f"{c['algorithm']} on {', '.join(c['env'])}", f"model {c['model'] or 'default'}",
-                    f"P x G = {c['rollout']['n_groups']} x {c['rollout']['group_size']}",
-                    "no filter" if c["filter"] == "none" else f"filter {c['filter']} {c['filter_value']}",
-                    f"lr {c['learning_rate']:g}"]
-    except (OSError, ValueError, KeyError, TypeError):
-        settings = []
+    settings = run_settings(run)
     pages = [f"<b>{it}</b>" if p == path else f'<a href="{page_name(it)}">{it}</a>'
              for p in saved for it in [iteration_of(p)]]
     return (f"<p id=run>{e(' · '.join(settings))}{' · ' if settings and links else ''}{' · '.join(links)}</p>"

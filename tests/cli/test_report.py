@@ -176,7 +176,7 @@ def test_a_run_folder_gets_a_page_per_iteration_with_links_to_plot_and_config(tr
     assert '<a href="report-iteration-5.html">5</a> <b>10</b>' in latest
     assert '<b>5</b> <a href="report-iteration-10.html">10</a>' in first
     assert '<a href="metrics.png">plot</a> · <a href="config.json">config</a>' in latest
-    assert f"grpo on {SMOKE} · model default · P x G = 2 x 3 · filter top_p 0.9 · lr 0.001" in latest
+    assert f"grpo on {SMOKE.split('/')[-1]} x2 · P x G = 2 x 3 · filter top_p 0.9 · lr 0.001 · model default" in latest
     parser = Refs()
     parser.feed(latest)
     assert all(ref.startswith(("data:", "#")) or (run / ref).is_file() for ref in parser.refs)

@@ -69,11 +69,11 @@ def test_plot_run_titles_the_figure_with_the_run_settings(tmp_path):
         logger.log(r)
     (tmp_path / "run-a" / "config.json").write_text(json.dumps({
         "model": None, "env": {SMOKE: 8}, "algorithm": "dapo", "filter": "top_p",
-        "filter_value": 0.9, "learning_rate": 1e-6, "rollout": {"group_size": 16}}))
+        "filter_value": 0.9, "learning_rate": 1e-6, "rollout": {"n_groups": 8, "group_size": 16}}))
     from trainers import metrics
 
     assert metrics._run_title(tmp_path / "run-a") == (
-        f"{tmp_path.name}/run-a\ndapo on FrozenLake-v0 x8 groups, G=16, top_p 0.9, lr 1e-06, model default")
+        f"{tmp_path.name}/run-a\ndapo on FrozenLake-v0 x8, P x G = 8 x 16, filter top_p 0.9, lr 1e-06, model default")
     assert plot_run(tmp_path / "run-a").stat().st_size > 10_000
     with pytest.raises(FileNotFoundError):
         plot_run(tmp_path / "empty")
