@@ -185,6 +185,21 @@ def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
     return {f"val_{k}": v for k, v in held_out(policy, env, config, seed).items() if k != "episodes"}
 
 
+# Student's t 0.975 quantiles for 1-10 degrees of freedom; beyond, 1.96 + 2.4/df is within 0.01 of it
+T975 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
+
+
+def t_interval(values) -> tuple[float, float, float]:
+    """Mean and 95 % interval of independent runs' values (a t interval over runs: it holds the training
+    noise between seeds as well as the held-out episodes' own); nan bounds for fewer than two runs."""
+    values = np.asarray([v for v in values if v == v], dtype=float)
+    if len(values) < 2:
+        return (float(values.mean()) if len(values) else float("nan")), float("nan"), float("nan")
+    df = len(values) - 1
+    half = (T975[df - 1] if df <= len(T975) else 1.96 + 2.4 / df) * values.std(ddof=1) / np.sqrt(len(values))
+    return float(values.mean()), float(values.mean() - half), float(values.mean() + half)
+
+
 def run_summary(history: list[dict]) -> dict:
     """A run's figures: proxies averaged over the later half of its iterations, once they have settled a
     little; the kept ratio and the phase timings over all of them."""

@@ -15,6 +15,8 @@ Outputs (CSV, JSON, PNG, per-cell results) go to benchmarks/results/frozenlake_s
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 import findings
@@ -25,13 +27,31 @@ COLUMNS = ["slip", "filter", "seed", "val_success", "val_random_success", "retri
            "mi_zscore_ema", "conditional_entropy", "kept_ratio", "wall_s"]
 
 
-def plot(out, rows) -> None:
+def gains(rows) -> list[dict]:
+    """Per slip, top-p's held-out success minus no filter's, paired by seed (both arms of a seed play the
+    same held-out episodes), with a t interval over seeds; then the paper's contrast: the mean gain at
+    slips below 0.8 minus the mean gain at 0.8 and 1.0, per seed."""
+    success = {(r["slip"], r["filter"], r["seed"]): r["val_success"] for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+    per_seed = {slip: {seed: success[slip, "top_p", seed] - success[slip, "none", seed] for seed in seeds
+                       if (slip, "top_p", seed) in success and (slip, "none", seed) in success} for slip in SLIPS}
+    out = [{"slip": slip, "seeds": len(g), **dict(zip(("gain", "low", "high"), findings.t_interval(g.values())))}
+           for slip, g in per_seed.items()]
+    low, high = [s for s in SLIPS if s < 0.8], [s for s in SLIPS if s >= 0.8]
+    contrast = [np.mean([per_seed[s][seed] for s in low]) - np.mean([per_seed[s][seed] for s in high])
+                for seed in seeds if all(seed in per_seed[s] for s in SLIPS)]
+    out.append({"slip": "low - high", "seeds": len(contrast),
+                **dict(zip(("gain", "low", "high"), findings.t_interval(contrast)))})
+    return out
+
+
+def plot(out, rows, gain) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
     for name in FILTERS:
         mine = [r for r in rows if r["filter"] == name]
         for ax, key, label in zip(axes, ("val_success", "retrieval_acc", "mi_zscore_ema"),
@@ -44,6 +64,13 @@ def plot(out, rows) -> None:
     axes[1].plot(SLIPS, chance, "k--", label="chance")
     randoms = [np.nanmean([r["val_random_success"] for r in rows if r["slip"] == s]) for s in SLIPS]
     axes[0].plot(SLIPS, randoms, "k--", label="random actions")
+    by_slip = [g for g in gain if g["slip"] in SLIPS]
+    mean = np.array([g["gain"] for g in by_slip])
+    spread = np.nan_to_num([[g["gain"] - g["low"] for g in by_slip], [g["high"] - g["gain"] for g in by_slip]])
+    axes[3].errorbar(SLIPS, mean, yerr=spread, marker="o", capsize=3, label="top-p - none (95 % over seeds)")
+    axes[3].axhline(0, color="k", linestyle="--", linewidth=0.8)
+    axes[3].set_xlabel("slip")
+    axes[3].set_title("filter gain in held-out success")
     for ax in axes:
         ax.legend(fontsize=8)
     fig.suptitle(f"FrozenLakeCoord slip sweep ({len(rows)} runs)")
@@ -61,7 +88,12 @@ def main() -> None:
              for seed in range(s.seeds) for slip in SLIPS for name in FILTERS]  # a stopped sweep has whole seeds
     rows = findings.run_cells(args, out, model, cells)
     findings.write_table(out, rows, COLUMNS, "FrozenLakeCoord slip sweep (means over the run's later iterations)")
-    plot(out, rows)
+    gain = gains(rows)
+    (out / "gains.json").write_text(json.dumps(gain, indent=2) + "\n")
+    print("\nTop-p minus no filter, held-out success (95 % t interval over seeds):")
+    for g in gain:
+        print(f"  slip {g['slip']!s:>10}: {g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] over {g['seeds']} seeds")
+    plot(out, rows, gain)
 
 
 if __name__ == "__main__":

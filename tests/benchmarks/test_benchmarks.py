@@ -62,6 +62,30 @@ def test_workers_read_the_cells_in_their_own_processes_and_keep_the_order(tmp_pa
         findings.run_cells(argparse.Namespace(**{**vars(args), "workers": 0}), tmp_path, "m", cells)
 
 
+def test_t_interval_widens_with_few_runs_and_needs_two():
+    mean, low, high = findings.t_interval([0.1, 0.3])
+    assert mean == pytest.approx(0.2) and high - mean == pytest.approx(12.71 * 0.1)  # t(1 df) x sd / sqrt(2)
+    mean, low, high = findings.t_interval([0.1, 0.3] * 20)
+    assert high - mean == pytest.approx((1.96 + 2.4 / 39) * np.std([0.1, 0.3] * 20, ddof=1) / np.sqrt(40))
+    assert findings.t_interval([0.5, float("nan")])[0] == 0.5 and math.isnan(findings.t_interval([0.5])[1])
+
+
+def test_the_slip_sweeps_gain_is_paired_by_seed_and_contrasts_low_with_high_slip():
+    import frozenlake_slip_sweep as sweep
+
+    rows = [{"slip": slip, "filter": name, "seed": seed,
+             "val_success": 0.3 + seed / 10 + (0.1 if name == "top_p" and slip < 0.8 else 0.0) + slip * seed / 100}
+            for seed in range(3) for slip in sweep.SLIPS for name in sweep.FILTERS]
+    gains = {g["slip"]: g for g in sweep.gains(rows)}
+    assert gains[0.0]["gain"] == pytest.approx(0.1) and gains[0.0]["seeds"] == 3
+    assert gains[0.0]["high"] - gains[0.0]["low"] == pytest.approx(0, abs=1e-9)  # seeds differ, gains do not
+    assert gains[1.0]["gain"] == pytest.approx(0.0)
+    assert gains["low - high"]["gain"] == pytest.approx(0.1)
+    del rows[0]  # seed 0 lost its no-filter run at slip 0: that slip, and the contrast, have two seeds
+    gains = {g["slip"]: g for g in sweep.gains(rows)}
+    assert gains[0.0]["seeds"] == 2 and gains["low - high"]["seeds"] == 2 and gains[0.2]["seeds"] == 3
+
+
 def test_bootstrap_intervals_hold_the_statistic_and_need_enough_runs():
     success = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]  # loosely rising with x
     rows = [{"x": float(i), "val_success": float(y)} for i, y in enumerate(success)]
