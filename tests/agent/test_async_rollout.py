@@ -100,10 +100,11 @@ def test_episodes_generate_while_others_wait_on_their_envs(tokenizer):
 
 
 def test_a_short_wait_keeps_a_turn_in_one_batch(tokenizer):
-    # Env steps of 20 or 200 ms and a wait of up to 2 s: every batch holds all live episodes, as in the
-    # synchronous runner, instead of whoever was first back from its env.
+    # Env steps of 20 or 200 ms and a wait of up to 60 s (it ends once no episode is stepping, so a loaded
+    # machine costs nothing): every batch holds all live episodes, as in the synchronous runner, instead of
+    # whoever was first back from its env.
     policy, sync = PromptKeyed(tokenizer), PromptKeyed(tokenizer)
-    AsyncRolloutRunner("Test/SlowFrozenLake-v0", policy, CONFIG, batch_wait_s=2.0).collect()
+    AsyncRolloutRunner("Test/SlowFrozenLake-v0", policy, CONFIG, batch_wait_s=60.0).collect()
     RolloutRunner("Test/SlowFrozenLake-v0", sync, CONFIG).collect()
     assert policy.batch_sizes == sync.batch_sizes
 
@@ -134,7 +135,7 @@ def test_a_failing_generation_reaches_every_waiting_episode(tokenizer):
 
 
 def test_openai_requests_are_in_flight_together(tokenizer):
-    server = FakeServer([(200, COMPLETION, 0.2)])  # each answer takes a while
+    server = FakeServer([(200, COMPLETION, 1.0)])  # each answer takes long enough for the others to arrive
     try:
         policy = _client(tokenizer, server.url, max_concurrency=8)
         config = RolloutConfig(n_groups=4, group_size=2, chat=ChatEnvConfig(max_turns=1))

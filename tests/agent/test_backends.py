@@ -134,9 +134,9 @@ class FakeServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append((self.path, body))
-                status, payload, delay = server.answers[min(len(server.requests), len(server.answers)) - 1]
-                with lock:
+                with lock:  # concurrent requests each take their own answer
+                    server.requests.append((self.path, body))
+                    status, payload, delay = server.answers[min(len(server.requests), len(server.answers)) - 1]
                     server.active += 1
                     server.peak = max(server.peak, server.active)
                 time.sleep(delay)

@@ -74,8 +74,14 @@ def _free_port():
 
 def _spawn(out_dir, settings, data_parallel="ddp", resume_from=None):
     out_dir.mkdir(exist_ok=True)
-    mp.spawn(_worker, args=(2, _free_port(), str(out_dir), settings, data_parallel, resume_from and str(resume_from)),
-             nprocs=2, join=True)
+    for attempt in range(2):  # the free port may be taken by another test before rank 0 binds it: once more
+        try:
+            mp.spawn(_worker, args=(2, _free_port(), str(out_dir), settings, data_parallel,
+                                    resume_from and str(resume_from)), nprocs=2, join=True)
+            break
+        except mp.ProcessRaisedException as error:
+            if attempt or "Address already in use" not in str(error):
+                raise
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
