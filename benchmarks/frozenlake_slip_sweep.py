@@ -10,11 +10,13 @@ slip (reward variance then comes from the dice, not from the prompt).
 
     python benchmarks/frozenlake_slip_sweep.py --quick     # 10-27 minutes on 2 CPU cores
     python benchmarks/frozenlake_slip_sweep.py             # the full default: a few hours
-Outputs (CSV, JSON, PNG, per-cell results) go to benchmarks/results/frozenlake_slip_sweep[-quick]/.
+Outputs (CSV, JSON, PNG, per-cell results; the proxies over iterations in curves.csv and curves.png) go
+to benchmarks/results/frozenlake_slip_sweep[-quick]/.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -43,6 +45,50 @@ def gains(rows) -> list[dict]:
     out.append({"slip": "low - high", "seeds": len(contrast),
                 **dict(zip(("gain", "low", "high"), findings.t_interval(contrast)))})
     return out
+
+
+CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi/mi_zscore_ema", "MI z-score EMA"),
+          ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("rollout/success", "training success"))
+SMOOTH = 5  # iterations in curves.png's moving mean
+
+
+def curves(out, rows) -> None:
+    """The proxies over iterations per slip and filter (means over seeds), from the cells' run folders:
+    curves.csv and curves.png. Left as they are where a run folder is missing (a fresh clone has none)."""
+    runs = {(r["slip"], r["filter"], r["seed"]): out / r["cell"] / "run" / "metrics.jsonl" for r in rows}
+    if not runs or not all(path.is_file() for path in runs.values()):
+        return
+    table = [{"slip": slip, "filter": name, "seed": seed, "iteration": record["iteration"],
+              **{key: record.get(key, float("nan")) for key, _ in CURVES}}
+             for (slip, name, seed), path in runs.items()
+             for record in map(json.loads, path.read_text().splitlines()) if "mi/retrieval_acc" in record]
+    with open(out / "curves.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(17, 3.8))
+    for k, slip in enumerate(SLIPS):
+        for name, style in zip(FILTERS, ("-", "--")):
+            mine = [r for r in table if r["slip"] == slip and r["filter"] == name]
+            steps = sorted({r["iteration"] for r in mine})
+            for ax, (key, title) in zip(axes, CURVES):
+                means = [np.nanmean([r[key] for r in mine if r["iteration"] == i]) for i in steps]
+                window = min(SMOOTH, len(means)) or 1  # every iteration plays new maps: a moving mean reads easier
+                smooth = np.convolve(means, np.ones(window) / window, mode="valid")
+                ax.plot(steps[window - 1:], smooth, style, color=plt.cm.plasma(0.85 * k / (len(SLIPS) - 1)),
+                        label=f"slip {slip} {name}")
+                ax.set_title(title)
+                ax.set_xlabel("iteration")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"Slip sweep over iterations (solid: no filter, dashed: top-p; means over seeds and {SMOOTH} "
+                 f"iterations, {len(runs)} runs)")
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=100)
 
 
 def plot(out, rows, gain) -> None:
@@ -94,6 +140,7 @@ def main() -> None:
     for g in gain:
         print(f"  slip {g['slip']!s:>10}: {g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] over {g['seeds']} seeds")
     plot(out, rows, gain)
+    curves(out, rows)
 
 
 if __name__ == "__main__":

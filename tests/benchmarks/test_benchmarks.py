@@ -86,6 +86,28 @@ def test_the_slip_sweeps_gain_is_paired_by_seed_and_contrasts_low_with_high_slip
     assert gains[0.0]["seeds"] == 2 and gains["low - high"]["seeds"] == 2 and gains[0.2]["seeds"] == 3
 
 
+def test_the_slip_sweeps_curves_come_from_the_run_folders_and_stay_put_without_them(tmp_path):
+    import frozenlake_slip_sweep as sweep
+
+    rows = []
+    for slip in sweep.SLIPS:
+        for name in sweep.FILTERS:
+            cell = f"slip{slip}-{name}-seed0"
+            (tmp_path / cell / "run").mkdir(parents=True)
+            records = [{"iteration": i, "mi/retrieval_acc": 0.8 - slip * i / 10, "rollout/success": 0.5}
+                       for i in range(1, 8)] + [{"iteration": 8, "val/success": 0.3}]  # a validation-only record
+            (tmp_path / cell / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            rows.append({"slip": slip, "filter": name, "seed": 0, "cell": cell})
+    sweep.curves(tmp_path, rows)
+    lines = (tmp_path / "curves.csv").read_text().splitlines()
+    assert len(lines) == 1 + 10 * 7 and lines[0].startswith("slip,filter,seed,iteration,mi/retrieval_acc")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    (tmp_path / rows[0]["cell"] / "run" / "metrics.jsonl").unlink()
+    (tmp_path / "curves.csv").write_text("kept")
+    sweep.curves(tmp_path, rows)
+    assert (tmp_path / "curves.csv").read_text() == "kept"
+
+
 def test_bootstrap_intervals_hold_the_statistic_and_need_enough_runs():
     success = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]  # loosely rising with x
     rows = [{"x": float(i), "val_success": float(y)} for i, y in enumerate(success)]
