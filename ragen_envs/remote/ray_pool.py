@@ -16,6 +16,7 @@ Needs the ``ray`` extra.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -75,7 +76,8 @@ class EnvWorker:
 
 
 def pool_actors(n: int, pool: str = "ragen-envs", cpus: float = 1.0) -> list:
-    """The pool's ``n`` named actors, created where missing (they live as long as the Ray job)."""
+    """The pool's ``n`` named actors, created where missing (Ray keeps each alive while a handle made
+    by this job's ``pool_actors`` is held: every ``RayEnv`` holds all of its pool's)."""
     return [EnvWorker.options(name=f"{pool}-{k}", namespace=NAMESPACE, get_if_exists=True, num_cpus=cpus).remote()
             for k in range(n)]
 
@@ -97,9 +99,18 @@ class RayEnv(EnvClient):
         check_positive_int("workers", workers)
         if not ray.is_initialized():
             ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
-        actors = pool_actors(workers, pool, worker_cpus)
-        loads = ray.get([actor.sessions.remote() for actor in actors])
-        self._actor = actors[loads.index(min(loads))]
+        for attempt in range(2):
+            actors = pool_actors(workers, pool, worker_cpus)
+            try:
+                loads = ray.get([actor.sessions.remote() for actor in actors])
+                break
+            except ray.exceptions.ActorDiedError:
+                if attempt:
+                    raise
+                time.sleep(0.5)  # an actor whose last client had just gone was found dying: look again
+        # every actor of the pool, not only this session's: Ray ends an actor once no handle is left, and the
+        # next client should find the pool whole
+        self._pool, self._actor = actors, actors[loads.index(min(loads))]
         kwargs = dict(env_kwargs, **({"render_mode": render_mode} if render_mode else {}))
         self.session_id, surface = self._get(self._actor.open.remote(env_id, kwargs))
         self.env_id = env_id
