@@ -47,7 +47,8 @@ def gains(rows) -> list[dict]:
     return out
 
 
-CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi/mi_zscore_ema", "MI z-score EMA"),
+# the MI z-score as RAGEN's code computes it, as in the results table (findings.run_summary)
+CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi_code/mi_zscore_ema", "MI z-score EMA"),
           ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("rollout/success", "training success"))
 SMOOTH = 5  # iterations in curves.png's moving mean
 
