@@ -77,14 +77,15 @@ def curves(out, rows) -> None:
         for name, style in zip(FILTERS, ("-", "--")):
             mine = [r for r in table if r["slip"] == slip and r["filter"] == name]
             steps = sorted({r["iteration"] for r in mine})
-            for ax, (key, title) in zip(axes, CURVES):
+            for ax, (key, _) in zip(axes, CURVES):
                 means = [np.nanmean([r[key] for r in mine if r["iteration"] == i]) for i in steps]
                 window = min(SMOOTH, len(means)) or 1  # every iteration plays new maps: a moving mean reads easier
                 smooth = np.convolve(means, np.ones(window) / window, mode="valid")
                 ax.plot(steps[window - 1:], smooth, style, color=plt.cm.plasma(0.85 * k / (len(SLIPS) - 1)),
                         label=f"slip {slip} {name}")
-                ax.set_title(title)
-                ax.set_xlabel("iteration")
+    for ax, (_, title) in zip(axes, CURVES):
+        ax.set_title(title)
+        ax.set_xlabel("iteration")
     axes[0].legend(fontsize=7, ncol=2)
     fig.suptitle(f"Slip sweep over iterations (solid: no filter, dashed: top-p; means over seeds and {SMOOTH} "
                  f"iterations, {len(runs)} runs)")
