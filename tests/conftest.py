@@ -6,12 +6,11 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 import pytest  # noqa: E402
 
-# Parallel test workers (pytest-xdist, `make test`) share the cores: one torch thread each, so two
-# workers on two cores do not oversubscribe them (OpenMP threads spin while they wait).
+# Parallel test workers (pytest-xdist, `make test`) share the cores: one torch (OpenMP) thread each, in
+# the worker and in every process a test starts, so two workers on two cores do not oversubscribe them
+# (OpenMP threads spin while they wait).
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    import torch
-
-    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 from ragen_envs.agent.backends.base import Policy  # noqa: E402
 from ragen_envs.grid import GridEnv  # noqa: E402
@@ -129,10 +128,31 @@ def scripted(tokenizer):
     return lambda replies, **kw: ScriptedPolicy(tokenizer, replies, **kw)
 
 
-# The slowest files first: under `--dist loadfile` (`make test`) a file runs on one worker, so a long
-# one started last would finish the suite alone.
-SLOWEST_FILES = ("test_distributed.py", "test_readme.py", "test_runs.py", "test_trainer.py")
+# Scheduling under `--dist loadfile` (`make test`): a file is one unit of work, so its module fixtures (a
+# live server, a Ray instance) are built once, and a unit runs on one worker. The README blocks share
+# nothing (a fresh process each), so each is a unit of its own; the longest units go out first (measured
+# with --durations): one sent last would finish the suite alone. A stale list costs time, never a result.
+OWN_UNITS = "tests/test_readme.py::test_a_readme_block_runs_as_written"
+LONGEST_FIRST = (OWN_UNITS, "tests/trainers/test_trainer.py", "tests/trainers/test_distributed.py",
+                 "tests/trainers/test_runs.py", "tests/envs/test_deepcoder_attacks.py",
+                 "tests/benchmarks/test_benchmarks.py")
 
 
-def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in SLOWEST_FILES)  # stable: the order within stays
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduler(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return nodeid if nodeid.startswith(OWN_UNITS) else super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node):
+            def rank(scope):
+                return next(i for i, prefix in enumerate(LONGEST_FIRST) if scope.startswith(prefix))
+
+            for scope in sorted((s for s in self.workqueue if s.startswith(LONGEST_FIRST)), key=rank, reverse=True):
+                self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return Scheduler(config, log)
