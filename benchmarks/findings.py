@@ -33,6 +33,7 @@ import numpy as np
 from ragen_envs.registry import env_for
 from trainers.config import CPU_QUICK_CHAT, CPU_QUICK_TOKENS
 
+CELL_SAVE_STEPS = 5  # a cell's checkpoint interval: a stop loses at most this many iterations of it
 HELD_OUT_SEED = 100_000  # held-out env seeds start here; training seeds (from 0, or RAGEN's 10000) stay below
 
 # The warm start every script starts from: `make demo`'s (SFTConfig's defaults on the demo env, in the
@@ -158,8 +159,9 @@ def warm_start_model() -> str:
 
 
 def trainer_config(s: Scale, seed: int, train: dict, **fields):
-    """A TrainerConfig at scale ``s``: metrics only (no checkpoints), MI proxies every iteration, RAGEN's
-    minibatch rule (the kept sequences padded with copies to a multiple of a quarter of the batch)."""
+    """A TrainerConfig at scale ``s``: metrics, and the newest checkpoint to resume from; MI proxies every
+    iteration; RAGEN's minibatch rule (the kept sequences padded with copies to a multiple of a quarter of
+    the batch)."""
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
     from trainers import TrainerConfig
 
@@ -168,8 +170,8 @@ def trainer_config(s: Scale, seed: int, train: dict, **fields):
                             sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=1.0))
     # RAGEN's ratio of batch to minibatch (128 sequences, minibatches of 32): four optimizer steps an iteration
     base = dict(algorithm="grpo", num_iterations=s.iterations, mini_batch_size=max(1, s.groups * s.group_size // 4),
-                mi_every=1, save_strategy="no", save_rollouts_steps=0, logging_steps=0, plot=False,
-                overwrite_output_dir=True, rollout=rollout, **train)
+                mi_every=1, save_steps=CELL_SAVE_STEPS, save_total_limit=1, save_rollouts_steps=0, logging_steps=0,
+                plot=False, overwrite_output_dir=True, rollout=rollout, **train)
     return TrainerConfig(**{**base, **fields})
 
 
@@ -228,6 +230,8 @@ def run_summary(history: list[dict]) -> dict:
 def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args, seed: int) -> dict:
     """Train one cell (or read its finished result) and evaluate it."""
     from trainers import Trainer
+    from trainers.checkpoint import all_checkpoints
+    from trainers.metrics import read_metrics
 
     done = out / name / "result.json"
     if done.is_file():
@@ -237,13 +241,18 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
         from ragen_envs.agent.backends.vllm import VLLMPolicy
 
         rollout_policy = VLLMPolicy(model)
-    config = replace(config, output_dir=str(out / name / "run"))
+    run = out / name / "run"
+    # A cell stopped midway goes on from its last checkpoint (every CELL_SAVE_STEPS iterations), with the
+    # metrics it would have had uninterrupted; its summary reads them all from the run folder.
+    resume = bool(all_checkpoints(run))
+    config = replace(config, output_dir=str(run), resume_from_checkpoint="latest" if resume else None,
+                     overwrite_output_dir=not resume)
     start = time.perf_counter()
     trainer = Trainer(model, env, config, device=args.device, rollout_policy=rollout_policy)
-    history = trainer.train()
-    result = {"cell": name, "seed": seed, **run_summary(history),
+    trainer.train()
+    result = {"cell": name, "seed": seed, **run_summary(read_metrics(run)),
               **evaluate(trainer.policy, env, config.rollout.env_kwargs, s, seed),
-              "wall_s": time.perf_counter() - start, "config": config.to_dict()}
+              "wall_s": time.perf_counter() - start, "resumed": resume, "config": config.to_dict()}
     done.write_text(json.dumps(result, indent=2) + "\n")
     return result
 

@@ -35,6 +35,38 @@ def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
     assert result["val_success"] == 0.25
 
 
+def test_a_stopped_cell_goes_on_from_its_checkpoint_and_keeps_its_earlier_iterations(tmp_path, monkeypatch):
+    import argparse
+
+    import trainers
+
+    configs = []
+
+    class Stub:  # writes the iterations the config asks for, as a resumed trainer appends them
+        def __init__(self, model, env, config, **kwargs):
+            configs.append(config)
+            self.policy, self.run = None, Path(config.output_dir)
+
+        def train(self):
+            self.run.mkdir(parents=True, exist_ok=True)
+            with open(self.run / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"iteration": len(configs), "mi/retrieval_acc": 0.5 * len(configs)}) + "\n")
+
+    monkeypatch.setattr(trainers, "Trainer", Stub)
+    monkeypatch.setattr(findings, "evaluate", lambda *a: {"val_success": 0.5})
+    args = argparse.Namespace(backend="transformers", device=None)
+    config = findings.trainer_config(findings.QUICK, 0, {})
+    assert config.save_steps == findings.CELL_SAVE_STEPS and config.save_total_limit == 1
+
+    first = findings.run_cell(tmp_path, "cell", SMOKE, "m", config, findings.QUICK, args, 0)
+    assert configs[0].overwrite_output_dir and not configs[0].resume_from_checkpoint and not first["resumed"]
+    (tmp_path / "cell" / "result.json").unlink()  # as if stopped after its first checkpoint
+    (tmp_path / "cell" / "run" / "checkpoint-1").mkdir()
+    second = findings.run_cell(tmp_path, "cell", SMOKE, "m", config, findings.QUICK, args, 0)
+    assert configs[1].resume_from_checkpoint == "latest" and not configs[1].overwrite_output_dir
+    assert second["resumed"] and second["retrieval_acc"] == pytest.approx(1.0)  # the later half of both
+
+
 def test_finished_only_summarises_the_finished_cells_and_trains_none(tmp_path, monkeypatch):
     import argparse
 
