@@ -21,6 +21,7 @@ import json
 import numpy as np
 
 import findings
+from trainers.metrics import pyplot
 
 FILTERS = {"none": None, "top_p": 0.9, "top_k": 0.5}  # filter -> filter_value
 PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy",
@@ -74,10 +75,7 @@ def mean_success(rows) -> float:
 
 
 def plot(out, rows, correlations) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     names = list(correlations)

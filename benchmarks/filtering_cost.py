@@ -23,6 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 import findings
+from trainers.metrics import pyplot
 
 FILTERS = ("none", "top_p")
 COLUMNS = ["split", "filter", "seed", "iteration_s", "rollout_s", "mi_s", "stats_s", "update_s", "filter_share",
@@ -30,10 +31,7 @@ COLUMNS = ["split", "filter", "seed", "iteration_s", "rollout_s", "mi_s", "stats
 
 
 def plot(out, rows, splits) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
     labels = [f"{p}x{g}" for p, g in splits]

@@ -22,6 +22,7 @@ import json
 import numpy as np
 
 import findings
+from trainers.metrics import pyplot
 
 SLIPS = (0.0, 0.2, 0.5, 0.8, 1.0)
 FILTERS = ("none", "top_p")
@@ -67,10 +68,7 @@ def curves(out, rows) -> None:
         writer = csv.DictWriter(f, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows(table)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(CURVES), figsize=(17, 3.8))
     for k, slip in enumerate(SLIPS):
@@ -94,10 +92,7 @@ def curves(out, rows) -> None:
 
 
 def plot(out, rows, gain) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
     for name in FILTERS:

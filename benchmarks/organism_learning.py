@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import findings
-from trainers.metrics import wilson
+from trainers.metrics import pyplot, wilson
 
 # what a seed's record keeps of each iteration's metrics (the run folder's metrics.jsonl has them all)
 KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/response_length", "mi/retrieval_acc",
@@ -96,10 +96,7 @@ def summarise(records: list[dict], episodes: int) -> list[dict]:
 
 
 def plot(out: Path, records: list[dict], rows: list[dict], episodes: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.9))
     x = [r["iteration"] for r in rows]

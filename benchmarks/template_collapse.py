@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import findings
+from trainers.metrics import pyplot
 
 FILTERS = ("none", "top_p")
 CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance dashed)"), ("mi/mi_est", "MI-Est (nats)"),
@@ -50,10 +51,7 @@ def run(out: Path, model: str, env: str, name: str, args) -> dict:
 
 
 def plot(out: Path, records: list[dict], args) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.6))
     for r in records:

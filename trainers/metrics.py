@@ -184,6 +184,17 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return records
 
 
+def pyplot():
+    """matplotlib's pyplot, drawing to files only (the Agg backend: no display needed), imported when a
+    plot is first drawn (the import takes a second)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """The run's curves to a PNG (default RUN_DIR/metrics.png): one panel per scale (PANELS), the
     run's name and settings in the title."""
@@ -191,8 +202,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     records = read_metrics(run_dir)
     if not records:
         raise FileNotFoundError(f"no metrics.jsonl with records in {run_dir}")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig = draw(records, _run_title(run_dir))
     out = Path(out) if out else run_dir / "metrics.png"
     fig.savefig(out, dpi=110)
@@ -206,11 +216,9 @@ COUNTED = {"Held-out": "val/episodes", "Task": "rollout/episodes"}
 
 def draw(records: list[dict], title: str):
     """The figure of ``plot_run``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
 
     columns = 3
     rows = -(-len(PANELS) // columns)
