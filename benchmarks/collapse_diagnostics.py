@@ -3,9 +3,12 @@
 Runs: filter {none, top_p 0.9, top_k 0.5 (a fixed half of the groups)} x entropy coefficient sweep x
 seeds; GRPO on ``Ragen/FrozenLakeCoord-v0`` from the warm-started model. Per run, each proxy's mean over
 the later iterations (Retrieval-Acc, MI-Est in the paper's and the released code's variant, MI z-score
-EMA, conditional entropy, token entropy, reply length) and the final held-out success; then, across runs,
-the Spearman rank correlation of each proxy with the final success and its 95 % bootstrap interval
-(runs resampled), and per filter the mean held-out success with its bootstrap interval.
+EMA, conditional entropy, token entropy, reply length) and two outcomes: the final held-out success and the
+training success of the later iterations (sampled, but over ten times the episodes, so less noisy); then,
+across runs, the Spearman rank correlation of each proxy with each outcome and its 95 % bootstrap interval
+(runs resampled), and per filter the mean held-out success with its bootstrap interval. Beside them, how
+far the held-out successes spread across runs against the spread their sampling noise alone would give:
+where the two are alike, no proxy can be seen to track success.
 
 The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0.14. With a handful of
 runs (``--quick``: 4) a rank correlation is noise; the full default's 18 runs are few as well.
@@ -26,7 +29,8 @@ from trainers.metrics import pyplot
 FILTERS = {"none": None, "top_p": 0.9, "top_k": 0.5}  # filter -> filter_value
 PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy",
            "reply_length")
-COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_random_success", *PROXIES]
+OUTCOMES = {"val_success": "final held-out success", "train_success": "training success (later iterations)"}
+COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_random_success", "train_success", *PROXIES]
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
@@ -66,32 +70,48 @@ def bootstrap(statistic, rows: list[dict], draws: int = 2000, seed: int = 0) -> 
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
 
-def correlation(proxy: str):
-    return lambda rows: spearman([r[proxy] for r in rows], [r["val_success"] for r in rows])
+def correlation(proxy: str, outcome: str = "val_success"):
+    return lambda rows: spearman([r[proxy] for r in rows], [r[outcome] for r in rows])
+
+
+def spread(rows: list[dict], episodes: int) -> dict:
+    """The held-out successes' standard deviation across runs, and the one binomial sampling noise alone
+    gives ``episodes`` episodes a run."""
+    success = np.array([r["val_success"] for r in rows])
+    noise = float(np.sqrt(np.mean(success * (1 - success)) / episodes)) if len(rows) else float("nan")
+    return {"across_runs_sd": float(success.std(ddof=1)) if len(rows) > 1 else float("nan"), "sampling_sd": noise,
+            "episodes": episodes}
 
 
 def mean_success(rows) -> float:
     return float(np.mean([r["val_success"] for r in rows]))
 
 
-def plot(out, rows, correlations) -> None:
+def plot(out, rows, correlations, episodes: int) -> None:
     plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
-    names = list(correlations)
-    rho = np.array([correlations[n]["rho"] for n in names])
-    span = np.array([[r - correlations[n]["low"], correlations[n]["high"] - r] for n, r in zip(names, rho)]).T
-    axes[0].barh(names, rho, xerr=np.nan_to_num(span), color=["C0" if "entropy" not in n else "C3" for n in names])
+    y = np.arange(len(PROXIES))
+    for k, (outcome, label) in enumerate(OUTCOMES.items()):
+        c = correlations[outcome]
+        rho = np.array([c[n]["rho"] for n in PROXIES])
+        span = np.array([[r - c[n]["low"], c[n]["high"] - r] for n, r in zip(PROXIES, rho)]).T
+        axes[0].barh(y + 0.4 * k - 0.2, rho, height=0.4, xerr=np.nan_to_num(span), label=label,
+                     error_kw={"lw": 0.8, "ecolor": "0.35", "capsize": 2})
+    axes[0].set_yticks(y, PROXIES)
     axes[0].axvline(0, color="k", lw=0.8)
     axes[0].set_xlim(-1, 1)
-    axes[0].set_title(f"Spearman with final success ({len(rows)} runs)")
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(f"Spearman correlation with success ({len(rows)} runs, 95 % bootstrap)")
     for name in FILTERS:
         mine = [r for r in rows if r["filter"] == name]
         if not mine:
             continue
-        axes[1].scatter([r["mi_zscore_ema"] for r in mine], [r["val_success"] for r in mine], label=f"filter {name}")
+        success = np.array([r["val_success"] for r in mine])
+        axes[1].errorbar([r["mi_zscore_ema"] for r in mine], success, fmt="o", capsize=2, label=f"filter {name}",
+                         yerr=1.96 * np.sqrt(success * (1 - success) / episodes))
     axes[1].set_xlabel("MI z-score EMA (later iterations)")
-    axes[1].set_ylabel("held-out success")
+    axes[1].set_ylabel(f"held-out success (95 % sampling interval, {episodes} episodes)", fontsize=8)
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "collapse_diagnostics.png", dpi=110)
@@ -111,25 +131,29 @@ def main() -> None:
              for seed in range(s.seeds) for name, value in FILTERS.items() for coef in coefs]
     rows = findings.run_cells(args, out, model, cells)
     findings.write_table(out, rows, COLUMNS, "Runs (proxies: means over the later iterations)")
-    correlations = {}
-    for proxy in PROXIES:
-        low, high = bootstrap(correlation(proxy), rows)
-        correlations[proxy] = {"rho": correlation(proxy)(rows), "low": low, "high": high}
+    correlations = {outcome: {} for outcome in OUTCOMES}
+    for outcome, proxy in ((o, p) for o in OUTCOMES for p in PROXIES):
+        low, high = bootstrap(correlation(proxy, outcome), rows)
+        correlations[outcome][proxy] = {"rho": correlation(proxy, outcome)(rows), "low": low, "high": high}
     by_filter = {}
     for name in FILTERS:
         mine = [r for r in rows if r["filter"] == name]
         if mine:
             low, high = bootstrap(mean_success, mine)
             by_filter[name] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine)}
-    (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "by_filter": by_filter},
-                                                      indent=2) + "\n")
-    print("\nSpearman correlation with final held-out success, across runs (95 % bootstrap interval):")
-    for proxy, c in correlations.items():
-        print(f"  {proxy:22s} {c['rho']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]")
+    noise = spread(rows, s.val_episodes)
+    (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "by_filter": by_filter,
+                                                       "val_success_spread": noise}, indent=2) + "\n")
+    for outcome, label in OUTCOMES.items():
+        print(f"\nSpearman correlation with {label}, across runs (95 % bootstrap interval):")
+        for proxy, c in correlations[outcome].items():
+            print(f"  {proxy:22s} {c['rho']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]")
+    print(f"\nHeld-out success across runs: sd {noise['across_runs_sd']:.3f}; its sampling noise alone "
+          f"({s.val_episodes} episodes a run): sd {noise['sampling_sd']:.3f}")
     print("\nHeld-out success by filter, mean over runs (95 % bootstrap interval):")
     for name, f in by_filter.items():
         print(f"  {name:8s} {f['success']:.3f} [{f['low']:.3f}, {f['high']:.3f}]  ({f['runs']} runs)")
-    plot(out, rows, correlations)
+    plot(out, rows, correlations, s.val_episodes)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,14 @@ def test_spearman_is_a_rank_correlation_with_ties():
     assert collapse_diagnostics.spearman([1, 2, float("nan"), 3], [1, 2, 5, 3]) == pytest.approx(1.0)
 
 
+def test_the_success_spread_is_set_beside_the_sampling_noise():
+    rows = [{"val_success": v} for v in (0.3, 0.5)]
+    spread = collapse_diagnostics.spread(rows, episodes=100)
+    assert spread["across_runs_sd"] == pytest.approx(np.std([0.3, 0.5], ddof=1))
+    assert spread["sampling_sd"] == pytest.approx(np.sqrt((0.21 + 0.25) / 2 / 100))
+    assert math.isnan(collapse_diagnostics.spread(rows[:1], episodes=100)["across_runs_sd"])
+
+
 def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
     import trainers
 
@@ -177,8 +185,9 @@ def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(sc
         names.append(name)
         (out / name).mkdir(parents=True, exist_ok=True)
         k = len(names)  # distinct, ordered figures per cell
-        keys = ("val_success", "val_random_success", "retrieval_acc", "retrieval_chance", "mi_est", "mi_est_code",
-                "mi_zscore_ema", "conditional_entropy", "token_entropy", "reply_length", "kept_ratio", "wall_s")
+        keys = ("val_success", "val_random_success", "train_success", "retrieval_acc", "retrieval_chance", "mi_est",
+                "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy", "reply_length", "kept_ratio",
+                "wall_s")
         result = {key: 0.1 * k for key in keys}
         result.update({f"{phase}_s": 1.0 + k for phase in ("iteration", "rollout", "mi", "stats", "filter", "update")})
         (out / name / "result.json").write_text(json.dumps({"cell": name, "seed": 0, **result}))
