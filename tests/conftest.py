@@ -138,6 +138,7 @@ LONGEST_FIRST = (OWN_UNITS, "tests/trainers/test_trainer.py", "tests/trainers/te
                  "tests/benchmarks/test_benchmarks.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without pytest-xdist runs the suite too
 def pytest_xdist_make_scheduler(config, log):
     if config.getoption("dist") != "loadfile":
         return None
