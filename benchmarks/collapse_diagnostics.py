@@ -11,7 +11,8 @@ far the held-out successes spread across runs against the spread their sampling 
 where the two are alike, no proxy can be seen to track success.
 
 The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0.14. With a handful of
-runs (``--quick``: 4) a rank correlation is noise; the full default's 18 runs are few as well.
+runs (``--quick``: 4) a rank correlation is noise; the full default's 27 runs are few as well, and
+held-out success must differ across them by more than its sampling noise.
 
     python benchmarks/collapse_diagnostics.py --quick     # 10-27 minutes on 2 CPU cores
 Outputs go to benchmarks/results/collapse_diagnostics[-quick]/.
