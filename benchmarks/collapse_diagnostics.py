@@ -25,7 +25,7 @@ import json
 import numpy as np
 
 import findings
-from trainers.metrics import pyplot
+from trainers.metrics import pyplot, wilson
 
 FILTERS = {"none": None, "top_p": 0.9, "top_k": 0.5}  # filter -> filter_value
 PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy",
@@ -108,11 +108,12 @@ def plot(out, rows, correlations, episodes: int) -> None:
         mine = [r for r in rows if r["filter"] == name]
         if not mine:
             continue
-        success = np.array([r["val_success"] for r in mine])
+        success = [r["val_success"] for r in mine]
+        span = np.array([[p - low, high - p] for p, (low, high) in ((p, wilson(p, episodes)) for p in success)]).T
         axes[1].errorbar([r["mi_zscore_ema"] for r in mine], success, fmt="o", capsize=2, label=f"filter {name}",
-                         yerr=1.96 * np.sqrt(success * (1 - success) / episodes))
+                         yerr=span)
     axes[1].set_xlabel("MI z-score EMA (later iterations)")
-    axes[1].set_ylabel(f"held-out success (95 % sampling interval, {episodes} episodes)", fontsize=8)
+    axes[1].set_ylabel(f"held-out success (95 % Wilson interval, {episodes} episodes)", fontsize=8)
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "collapse_diagnostics.png", dpi=110)
