@@ -4,7 +4,8 @@ held-out evaluation, and results written as CSV, JSON, a PNG and a printed table
 A cell is one training run (one setting, one seed). Its ``result.json`` is written when it is done,
 so a script that is stopped and started again skips the finished cells and reruns the unfinished one.
 Run again with another ``--val-episodes``, a finished cell is only evaluated again, on its final
-checkpoint's weights.
+checkpoint's weights (even with ``--finished-only``; trained again where the checkpoint is gone, but
+not with ``--finished-only``).
 Every result records the cell's seed and full config; ``config.json`` in the results folder records the
 script's arguments.
 
@@ -78,7 +79,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=None,
                    help="default: 1e-5 with --model, else the organism preset's")
     p.add_argument("--finished-only", action="store_true",
-                   help="train nothing: summarise the cells already finished (a sweep stopped part way)")
+                   help="train nothing: summarise the cells already finished (a sweep stopped part way); "
+                        "those with a final checkpoint play --val-episodes where their result has another number")
     p.add_argument("--workers", type=int, default=1,
                    help="cells trained at once, each in its own process on its share of the CPU cores")
     return p
@@ -241,14 +243,17 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     done, run = out / name / "result.json", out / name / "run"
     if done.is_file():
         stored = json.loads(done.read_text())
-        if stored.get("val_episodes") == s.val_episodes or getattr(args, "finished_only", False):
+        if stored.get("val_episodes") == s.val_episodes:
+            return stored
+        final = all_checkpoints(run)[-1:]
+        final = final[0] if final and final[0].name == f"checkpoint-{config.num_iterations}" else None
+        if final is None and getattr(args, "finished_only", False):
             return stored
         done.rename(done.with_name(f"result-{stored.get('val_episodes', 'unknown')}-episodes.json"))
-        final = all_checkpoints(run)[-1:]
-        if final and final[0].name == f"checkpoint-{config.num_iterations}":
+        if final is not None:
             where = {"device": args.device} if args.backend == "transformers" else {}
-            policy = make_policy(args.backend, str(final[0]), **where)
-            result = {**stored, **evaluate(policy, env, config.rollout.env_kwargs, s, seed)}
+            result = {**stored, **evaluate(make_policy(args.backend, str(final), **where), env,
+                                           config.rollout.env_kwargs, s, seed)}
             done.write_text(json.dumps(result, indent=2) + "\n")
             return result
     rollout_policy = make_policy("vllm", model) if args.backend == "vllm" else None

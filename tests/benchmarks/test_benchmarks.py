@@ -27,11 +27,12 @@ def test_spearman_is_a_rank_correlation_with_ties():
 
 
 def test_the_success_spread_is_set_beside_the_sampling_noise():
-    rows = [{"val_success": v} for v in (0.3, 0.5)]
-    spread = collapse_diagnostics.spread(rows, episodes=100)
+    rows = [{"val_success": v, "val_episodes": n} for v, n in ((0.3, 100), (0.5, 400))]
+    spread = collapse_diagnostics.spread(rows)
     assert spread["across_runs_sd"] == pytest.approx(np.std([0.3, 0.5], ddof=1))
-    assert spread["sampling_sd"] == pytest.approx(np.sqrt((0.21 + 0.25) / 2 / 100))
-    assert math.isnan(collapse_diagnostics.spread(rows[:1], episodes=100)["across_runs_sd"])
+    assert spread["sampling_sd"] == pytest.approx(np.sqrt((0.21 / 100 + 0.25 / 400) / 2))  # each run's own
+    assert spread["episodes"] == [100, 400]
+    assert math.isnan(collapse_diagnostics.spread(rows[:1])["across_runs_sd"])
 
 
 def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
@@ -74,6 +75,8 @@ def test_a_finished_cell_asked_for_more_held_out_episodes_is_evaluated_again_fro
     assert json.loads((tmp_path / "kept" / "result.json").read_text()) == result
     assert json.loads((tmp_path / "kept" / "result-8-episodes.json").read_text())["val_success"] == 0.25
     assert findings.run_cell(tmp_path, "kept", SMOKE, "m", config, more, args, 0) == result  # now read back
+    finished_only = argparse.Namespace(**vars(args), finished_only=True)  # no final checkpoint: as it was
+    assert findings.run_cell(tmp_path, "gone", SMOKE, "m", config, more, finished_only, 0)["val_episodes"] == 8
     with pytest.raises(pytest.fail.Exception, match="trained again"):  # no final checkpoint: trains
         findings.run_cell(tmp_path, "gone", SMOKE, "m", config, more, args, 0)
     assert (tmp_path / "gone" / "result-8-episodes.json").is_file()
