@@ -75,8 +75,8 @@ def held_out_part(envs, config: RolloutConfig,
 def play_held_out(policy, envs, config: RolloutConfig, seed: int = 0, part: tuple[int, int] = (0, 1)) -> np.ndarray:
     """Play this part's share of ``config``'s episodes of ``envs`` with ``policy`` (``held_out_part``; the
     whole set by default): one row per episode, its ``HELD_OUT_COLUMNS`` (random success seeded by
-    ``seed``; nan where the env has no finite action set). Rows of all parts together are what one part
-    of one would give, but for the policy's sampling draws."""
+    ``seed``; nan where the env has no finite action set). All parts' rows together are the whole set's,
+    in another order (the policy's sampling draws aside)."""
     from ragen_envs.agent.async_rollout import make_runner
 
     mix, seeds, config = held_out_part(envs, config, part)
