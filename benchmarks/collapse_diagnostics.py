@@ -75,20 +75,21 @@ def correlation(proxy: str, outcome: str = "val_success"):
     return lambda rows: spearman([r[proxy] for r in rows], [r[outcome] for r in rows])
 
 
-def spread(rows: list[dict], episodes: int) -> dict:
+def spread(rows: list[dict]) -> dict:
     """The held-out successes' standard deviation across runs, and the one binomial sampling noise alone
-    gives ``episodes`` episodes a run."""
+    gives (each run's success over its ``val_episodes`` episodes)."""
     success = np.array([r["val_success"] for r in rows])
-    noise = float(np.sqrt(np.mean(success * (1 - success)) / episodes)) if len(rows) else float("nan")
+    episodes = np.array([r["val_episodes"] for r in rows])
+    noise = float(np.sqrt(np.mean(success * (1 - success) / episodes))) if len(rows) else float("nan")
     return {"across_runs_sd": float(success.std(ddof=1)) if len(rows) > 1 else float("nan"), "sampling_sd": noise,
-            "episodes": episodes}
+            "episodes": sorted(set(episodes.tolist()))}
 
 
 def mean_success(rows) -> float:
     return float(np.mean([r["val_success"] for r in rows]))
 
 
-def plot(out, rows, correlations, episodes: int) -> None:
+def plot(out, rows, correlations) -> None:
     plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
@@ -109,10 +110,12 @@ def plot(out, rows, correlations, episodes: int) -> None:
         if not mine:
             continue
         success = [r["val_success"] for r in mine]
-        span = np.array([[p - low, high - p] for p, (low, high) in ((p, wilson(p, episodes)) for p in success)]).T
+        bounds = [wilson(r["val_success"], r["val_episodes"]) for r in mine]
+        span = np.array([[p - low, high - p] for p, (low, high) in zip(success, bounds)]).T
         axes[1].errorbar([r["mi_zscore_ema"] for r in mine], success, fmt="o", capsize=2, label=f"filter {name}",
                          yerr=span)
     axes[1].set_xlabel("MI z-score EMA (later iterations)")
+    episodes = "/".join(str(n) for n in sorted({r["val_episodes"] for r in rows}))
     axes[1].set_ylabel(f"held-out success (95 % Wilson interval, {episodes} episodes)", fontsize=8)
     axes[1].legend(fontsize=8)
     fig.tight_layout()
@@ -143,19 +146,20 @@ def main() -> None:
         if mine:
             low, high = bootstrap(mean_success, mine)
             by_filter[name] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine)}
-    noise = spread(rows, s.val_episodes)
+    noise = spread(rows)
     (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "by_filter": by_filter,
                                                        "val_success_spread": noise}, indent=2) + "\n")
     for outcome, label in OUTCOMES.items():
         print(f"\nSpearman correlation with {label}, across runs (95 % bootstrap interval):")
         for proxy, c in correlations[outcome].items():
             print(f"  {proxy:22s} {c['rho']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]")
+    episodes = "/".join(str(n) for n in noise["episodes"])
     print(f"\nHeld-out success across runs: sd {noise['across_runs_sd']:.3f}; its sampling noise alone "
-          f"({s.val_episodes} episodes a run): sd {noise['sampling_sd']:.3f}")
+          f"({episodes} episodes a run): sd {noise['sampling_sd']:.3f}")
     print("\nHeld-out success by filter, mean over runs (95 % bootstrap interval):")
     for name, f in by_filter.items():
         print(f"  {name:8s} {f['success']:.3f} [{f['low']:.3f}, {f['high']:.3f}]  ({f['runs']} runs)")
-    plot(out, rows, correlations, s.val_episodes)
+    plot(out, rows, correlations)
 
 
 if __name__ == "__main__":

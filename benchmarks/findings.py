@@ -3,6 +3,9 @@ held-out evaluation, and results written as CSV, JSON, a PNG and a printed table
 
 A cell is one training run (one setting, one seed). Its ``result.json`` is written when it is done,
 so a script that is stopped and started again skips the finished cells and reruns the unfinished one.
+Run again with another ``--val-episodes``, a finished cell is only evaluated again, on its final
+checkpoint's weights (even with ``--finished-only``; trained again where the checkpoint is gone, but
+not with ``--finished-only``).
 Every result records the cell's seed and full config; ``config.json`` in the results folder records the
 script's arguments.
 
@@ -76,7 +79,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=None,
                    help="default: 1e-5 with --model, else the organism preset's")
     p.add_argument("--finished-only", action="store_true",
-                   help="train nothing: summarise the cells already finished (a sweep stopped part way)")
+                   help="train nothing: summarise the cells already finished (a sweep stopped part way); "
+                        "those with a final checkpoint play --val-episodes where their result has another number")
     p.add_argument("--workers", type=int, default=1,
                    help="cells trained at once, each in its own process on its share of the CPU cores")
     return p
@@ -184,7 +188,7 @@ def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
     config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=HELD_OUT_SEED + seed, env_kwargs=env_kwargs,
                            chat=ChatEnvConfig(max_turns=s.max_turns),
                            sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=0.0))
-    return {f"val_{k}": v for k, v in held_out(policy, env, config, seed).items() if k != "episodes"}
+    return {f"val_{k}": v for k, v in held_out(policy, env, config, seed).items()}
 
 
 # Student's t 0.975 quantiles for 1-10 degrees of freedom; beyond, 1.96 + 2.4/df is within 0.01 of it
@@ -228,20 +232,31 @@ def run_summary(history: list[dict]) -> dict:
 
 
 def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args, seed: int) -> dict:
-    """Train one cell (or read its finished result) and evaluate it."""
+    """Train one cell and evaluate it, or read its finished result back. A finished cell evaluated on
+    other than ``s.val_episodes`` held-out episodes is evaluated again from its final checkpoint (trained
+    again where that is gone); its earlier result is kept beside, as ``result-<episodes>-episodes.json``."""
+    from ragen_envs.agent.backends import make_policy
     from trainers import Trainer
     from trainers.checkpoint import all_checkpoints
     from trainers.metrics import read_metrics
 
-    done = out / name / "result.json"
+    done, run = out / name / "result.json", out / name / "run"
     if done.is_file():
-        return json.loads(done.read_text())
-    rollout_policy = None
-    if args.backend == "vllm":
-        from ragen_envs.agent.backends.vllm import VLLMPolicy
-
-        rollout_policy = VLLMPolicy(model)
-    run = out / name / "run"
+        stored = json.loads(done.read_text())
+        if stored.get("val_episodes") == s.val_episodes:
+            return stored
+        final = all_checkpoints(run)[-1:]
+        final = final[0] if final and final[0].name == f"checkpoint-{config.num_iterations}" else None
+        if final is None and getattr(args, "finished_only", False):
+            return stored
+        done.rename(done.with_name(f"result-{stored.get('val_episodes', 'unknown')}-episodes.json"))
+        if final is not None:
+            where = {"device": args.device} if args.backend == "transformers" else {}
+            result = {**stored, **evaluate(make_policy(args.backend, str(final), **where), env,
+                                           config.rollout.env_kwargs, s, seed)}
+            done.write_text(json.dumps(result, indent=2) + "\n")
+            return result
+    rollout_policy = make_policy("vllm", model) if args.backend == "vllm" else None
     # A cell stopped midway goes on from its last checkpoint (every CELL_SAVE_STEPS iterations), with the
     # metrics it would have had uninterrupted; its summary reads them all from the run folder.
     resume = bool(all_checkpoints(run))

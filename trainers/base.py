@@ -18,7 +18,7 @@ import torch
 from ragen_envs.agent import progress, vision
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
-from ragen_envs.agent.baseline import held_out
+from ragen_envs.agent.baseline import play_held_out, summarise_held_out
 from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import check_envs
@@ -26,8 +26,8 @@ from ragen_envs.registry import env_for
 from trainers import checkpoint, mi, run_folder
 from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig
-from trainers.distributed import (RANK_SEED_STRIDE, all_reduce, broadcast, distribute, full_state, gathered,
-                                  init_distributed, load_optimizer)
+from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, distribute, full_state,
+                                  gathered, init_distributed, load_optimizer)
 from trainers.metrics import MetricsLogger, plot_run
 from trainers.scoring import build_scorers
 from trainers.setup import model_name, prepare_model, use_bf16
@@ -216,16 +216,18 @@ class TrainerBase:
         """The held-out episodes: ``eval_episodes`` per env of the run (env seeds from ``eval_seed``, one after
         another over the envs), never trained on, played by the rollout policy at ``eval_temperature`` (or
         ``temperature``; the run's sampling seeds, so every validation draws alike), with random valid actions
-        on the same episodes beside them. Every rank plays them (the same weights)."""
+        on the same episodes beside them. The ranks share the episodes out and every rank returns the
+        metrics of all of them."""
         cfg = self.config
         start = time.perf_counter()
         self._phase("validation", episodes=cfg.eval_episodes * len(self.runner.mix))
         config = replace(cfg.rollout, n_groups=cfg.eval_episodes, group_size=1, seed=cfg.eval_seed, sampling=replace(
             cfg.rollout.sampling, temperature=cfg.eval_temperature if temperature is None else temperature))
         self.model.eval()
-        with gathered(self.scorer, self.sharded):
-            played = held_out(self.rollout_policy, {env_id: cfg.eval_episodes for env_id in self.runner.mix}, config,
-                              cfg.eval_seed)
+        with gathered(self.scorer, self.sharded):  # the ranks play different numbers of forwards
+            rows = play_held_out(self.rollout_policy, {env_id: cfg.eval_episodes for env_id in self.runner.mix},
+                                 config, cfg.eval_seed, part=(self.rank, self.world))
+        played = summarise_held_out(all_gather_rows(rows, self.world))
         return {**{f"val/{k}": v for k, v in played.items()}, "time/eval_s": time.perf_counter() - start}
 
     def _phase(self, phase: str, **more) -> None:

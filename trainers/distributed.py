@@ -32,7 +32,7 @@ def init_distributed() -> tuple[int, int]:
 
 
 def all_gather_rows(array: np.ndarray, world: int) -> np.ndarray:
-    """Rows of every rank's equally shaped array, rank order."""
+    """Rows of every rank's array (the same columns; any number of rows), rank order."""
     if world == 1:
         return array
     import torch.distributed as dist

@@ -1,5 +1,7 @@
 """The chat wrapper, token-space prompts and grouped rollouts."""
 
+from dataclasses import replace
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -303,6 +305,28 @@ def test_the_random_baseline_plays_the_same_episodes(scripted):
     assert set(chance) == {SMOKE}  # open-text envs have no random valid action
     assert 0.05 < chance[SMOKE] < 0.7  # 3x3 maps, 6 random moves: sometimes
     assert random_success(trajs, config.chat, seed=1) == chance  # seeded
+
+
+def test_held_out_parts_together_are_the_whole(scripted):
+    """Ranks share validation out: rank r's episodes are the whole set's r-th, (r + world)-th, ..., with
+    the same rows (a fixed reply; random actions seeded per episode), whatever the split."""
+    from ragen_envs.agent.baseline import held_out, held_out_part, play_held_out, summarise_held_out
+
+    config = RolloutConfig(n_groups=5, group_size=1, seed=100, chat=ChatEnvConfig(max_turns=3),
+                           env_kwargs={SMOKE: SMOKE_KWARGS})
+    envs, policy = {SMOKE: 5, OPEN_TEXT: 2}, scripted(["<answer>Up</answer>"])
+    whole = play_held_out(policy, envs, config, seed=1)
+    assert whole.shape == (7, 3) and np.isnan(whole[5:, 2]).all()  # open text: no random policy
+    assert 0 < np.nansum(whole[:, 2]) < 5  # random actions win some of these episodes
+    parts = [play_held_out(policy, envs, config, seed=1, part=(r, 3)) for r in range(3)]
+    assert [held_out_part(envs, config, (r, 3))[1] for r in range(3)] == [[100, 103, 106], [101, 104], [102, 105]]
+    assert held_out_part(envs, config, (1, 3))[2].env_kwargs == {SMOKE: SMOKE_KWARGS}  # only its envs' kwargs
+    for r, part in enumerate(parts):
+        np.testing.assert_array_equal(part, whole[r::3])
+    assert summarise_held_out(np.concatenate(parts)) == held_out(policy, envs, config, seed=1)
+    assert play_held_out(policy, SMOKE, replace(config, n_groups=1), part=(1, 2)).shape == (0, 3)
+    with pytest.raises(ValueError, match="rank"):
+        held_out_part(envs, config, (3, 3))
 
 
 def test_a_runners_state_continues_its_seed_sequence(scripted):

@@ -4,6 +4,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,21 +27,59 @@ def test_spearman_is_a_rank_correlation_with_ties():
 
 
 def test_the_success_spread_is_set_beside_the_sampling_noise():
-    rows = [{"val_success": v} for v in (0.3, 0.5)]
-    spread = collapse_diagnostics.spread(rows, episodes=100)
+    rows = [{"val_success": v, "val_episodes": n} for v, n in ((0.3, 100), (0.5, 400))]
+    spread = collapse_diagnostics.spread(rows)
     assert spread["across_runs_sd"] == pytest.approx(np.std([0.3, 0.5], ddof=1))
-    assert spread["sampling_sd"] == pytest.approx(np.sqrt((0.21 + 0.25) / 2 / 100))
-    assert math.isnan(collapse_diagnostics.spread(rows[:1], episodes=100)["across_runs_sd"])
+    assert spread["sampling_sd"] == pytest.approx(np.sqrt((0.21 / 100 + 0.25 / 400) / 2))  # each run's own
+    assert spread["episodes"] == [100, 400]
+    assert math.isnan(collapse_diagnostics.spread(rows[:1])["across_runs_sd"])
 
 
 def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
     import trainers
 
     (tmp_path / "cell").mkdir()
-    (tmp_path / "cell" / "result.json").write_text(json.dumps({"cell": "cell", "val_success": 0.25}))
+    (tmp_path / "cell" / "result.json").write_text(json.dumps({"cell": "cell", "val_success": 0.25,
+                                                              "val_episodes": findings.QUICK.val_episodes}))
     monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("a finished cell was trained again"))
     result = findings.run_cell(tmp_path, "cell", SMOKE, "m", None, findings.QUICK, None, 0)
     assert result["val_success"] == 0.25
+
+
+def test_a_finished_cell_asked_for_more_held_out_episodes_is_evaluated_again_from_its_checkpoint(
+        tmp_path, monkeypatch):
+    """Only the evaluation is redone, on the final checkpoint's weights; without that checkpoint the cell
+    trains again. The earlier result stays beside the new one."""
+    import argparse
+
+    import trainers
+    from ragen_envs.agent import backends
+
+    more = replace(findings.QUICK, val_episodes=64)
+    config = findings.trainer_config(findings.QUICK, 0, {})
+    evaluated, trained = [], []
+    monkeypatch.setattr(backends, "make_policy", lambda backend, model, **kw: f"policy of {Path(model).name}")
+    monkeypatch.setattr(findings, "evaluate", lambda policy, env, kw, s, seed: evaluated.append(policy) or {
+        "val_success": 0.5, "val_episodes": s.val_episodes})
+    monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: trained.append(a) or pytest.fail("trained again"))
+    args = argparse.Namespace(backend="transformers", device=None)
+    for name in ("kept", "gone"):
+        (tmp_path / name / "run").mkdir(parents=True)
+        (tmp_path / name / "result.json").write_text(json.dumps({"cell": name, "retrieval_acc": 0.7,
+                                                                 "val_success": 0.25, "val_episodes": 8}))
+    final = tmp_path / "kept" / "run" / f"checkpoint-{config.num_iterations}"
+    final.mkdir()
+    result = findings.run_cell(tmp_path, "kept", SMOKE, "m", config, more, args, 0)
+    assert evaluated == [f"policy of {final.name}"] and not trained
+    assert result == {"cell": "kept", "retrieval_acc": 0.7, "val_success": 0.5, "val_episodes": 64}
+    assert json.loads((tmp_path / "kept" / "result.json").read_text()) == result
+    assert json.loads((tmp_path / "kept" / "result-8-episodes.json").read_text())["val_success"] == 0.25
+    assert findings.run_cell(tmp_path, "kept", SMOKE, "m", config, more, args, 0) == result  # now read back
+    finished_only = argparse.Namespace(**vars(args), finished_only=True)  # no final checkpoint: as it was
+    assert findings.run_cell(tmp_path, "gone", SMOKE, "m", config, more, finished_only, 0)["val_episodes"] == 8
+    with pytest.raises(pytest.fail.Exception, match="trained again"):  # no final checkpoint: trains
+        findings.run_cell(tmp_path, "gone", SMOKE, "m", config, more, args, 0)
+    assert (tmp_path / "gone" / "result-8-episodes.json").is_file()
 
 
 def test_a_stopped_cell_goes_on_from_its_checkpoint_and_keeps_its_earlier_iterations(tmp_path, monkeypatch):
@@ -81,7 +120,7 @@ def test_finished_only_summarises_the_finished_cells_and_trains_none(tmp_path, m
     import trainers
 
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "result.json").write_text(json.dumps({"cell": "a", "val_success": 0.5}))
+    (tmp_path / "a" / "result.json").write_text(json.dumps({"cell": "a", "val_success": 0.5}))  # episodes unknown
     monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("--finished-only trained a cell"))
     args = argparse.Namespace(finished_only=True, model="m", learning_rate=None, freeze_layers=None)
     cells = [(name, {"label": name}, findings.QUICK, 0, {}) for name in ("a", "b")]
@@ -93,7 +132,8 @@ def test_workers_read_the_cells_in_their_own_processes_and_keep_the_order(tmp_pa
 
     for name, value in (("a", 0.5), ("b", 0.25), ("c", 0.75)):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "result.json").write_text(json.dumps({"cell": name, "val_success": value}))
+        (tmp_path / name / "result.json").write_text(json.dumps({"cell": name, "val_success": value,
+                                                                 "val_episodes": findings.QUICK.val_episodes}))
     cells = [(name, {"label": name}, findings.QUICK, 0, {}) for name in ("a", "b", "c")]
     args = argparse.Namespace(model="m", learning_rate=None, freeze_layers=None, workers=2)
     rows = findings.run_cells(args, tmp_path, "m", cells)
@@ -190,7 +230,9 @@ def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(sc
                 "wall_s")
         result = {key: 0.1 * k for key in keys}
         result.update({f"{phase}_s": 1.0 + k for phase in ("iteration", "rollout", "mi", "stats", "filter", "update")})
-        (out / name / "result.json").write_text(json.dumps({"cell": name, "seed": 0, **result}))
+        scale = args[3]
+        (out / name / "result.json").write_text(json.dumps({"cell": name, "seed": 0, **result,
+                                                            "val_episodes": scale.val_episodes}))
         return original(out, name, *args)
 
     monkeypatch.setattr(findings, "run_cell", finished)

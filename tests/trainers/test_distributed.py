@@ -53,7 +53,7 @@ def _worker(rank, world, port, out_dir, settings, data_parallel, resume_from):
               "grads": grads, "first_prompts": prompts}
     if resume_from:
         dist.barrier()  # rank 0 has written the checkpoint
-        # validated at its last iteration (a resume may turn validation on): every rank plays the episodes
+        # validated at its last iteration (a resume may turn validation on): the ranks share the episodes out
         resumed = trainer(Path(out_dir) / "resumed", resume_from_checkpoint=resume_from, num_iterations=2,
                           eval_steps=1, eval_episodes=3)
         weights, optimizer = full_state(resumed.model, resumed.optimizer, resumed.sharded)
@@ -103,7 +103,7 @@ def _assert_in_sync(ranks, tmp_path):
     assert m0["filter/kept_groups"] == m1["filter/kept_groups"] >= 1  # one filter over all 4 groups
     assert m0["filter/rv_mean"] == m1["filter/rv_mean"]
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1  # rank 0 logs, once
-    if "resumed_metrics" in ranks[0]:  # the same weights play the same held-out episodes on every rank
+    if "resumed_metrics" in ranks[0]:  # the ranks share the 3 held-out episodes out (2 and 1); both report all 3
         v0, v1 = ranks[0]["resumed_metrics"][-1], ranks[1]["resumed_metrics"][-1]
         assert v0["val/episodes"] == v1["val/episodes"] == 3 and v0["val/success"] == v1["val/success"]
 
@@ -128,7 +128,7 @@ def test_fsdp_trains_like_ddp_and_resumes_from_its_checkpoint(ddp, tmp_path):
     ranks = _spawn(tmp_path / "fsdp", TOP_P, "fsdp", resume_from=tmp_path / "from-ddp")
     fsdp, reference = ranks[0], ddp_ranks[0]
     assert fsdp["metrics"][0]["filter/kept_groups"] == reference["metrics"][0]["filter/kept_groups"]
-    # validation with sharded weights (gathered for it on every rank)
+    # validation with sharded weights, gathered for it on every rank (the ranks play 2 and 1 episodes)
     assert [r["resumed_metrics"][-1]["val/episodes"] for r in ranks] == [3, 3]
     assert ranks[0]["resumed_metrics"][-1]["val/success"] == ranks[1]["resumed_metrics"][-1]["val/success"]
     assert_same_gradients(reference["grads"], fsdp["grads"])
