@@ -180,15 +180,18 @@ def trainer_config(s: Scale, seed: int, train: dict, **fields):
 
 
 def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
-    """Greedy success on ``s.val_episodes`` held-out episodes (seeds from HELD_OUT_SEED + seed), with the
-    success of random valid actions on the same episodes beside it."""
+    """Greedy success on ``s.val_episodes`` held-out episodes (env seeds from ``val_seed`` = HELD_OUT_SEED +
+    seed), with the success of random valid actions on the same episodes beside it, and each episode's
+    outcome (``val_wins``, "1" won, "0" lost, by env seed): runs evaluated on the same maps compare map by map."""
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
-    from ragen_envs.agent.baseline import held_out
+    from ragen_envs.agent.baseline import play_held_out, summarise_held_out
 
     config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=HELD_OUT_SEED + seed, env_kwargs=env_kwargs,
                            chat=ChatEnvConfig(max_turns=s.max_turns),
                            sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=0.0))
-    return {f"val_{k}": v for k, v in held_out(policy, env, config, seed).items()}
+    rows = play_held_out(policy, env, config, seed)
+    return {**{f"val_{k}": v for k, v in summarise_held_out(rows).items()}, "val_seed": config.seed,
+            "val_wins": "".join("1" if won else "0" for won in rows[:, 0])}
 
 
 # Student's t 0.975 quantiles for 1-10 degrees of freedom; beyond, 1.96 + 2.4/df is within 0.01 of it

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import collapse_diagnostics  # noqa: E402
 import findings  # noqa: E402
-from conftest import SMOKE  # noqa: E402
+from conftest import SMOKE, SMOKE_KWARGS  # noqa: E402
 
 
 def test_spearman_is_a_rank_correlation_with_ties():
@@ -33,6 +33,17 @@ def test_the_success_spread_is_set_beside_the_sampling_noise():
     assert spread["sampling_sd"] == pytest.approx(np.sqrt((0.21 / 100 + 0.25 / 400) / 2))  # each run's own
     assert spread["episodes"] == [100, 400]
     assert math.isnan(collapse_diagnostics.spread(rows[:1])["across_runs_sd"])
+
+
+def test_the_evaluation_keeps_each_episodes_outcome_by_env_seed(scripted):
+    """``val_wins`` lets runs evaluated on the same maps be compared map by map."""
+    s = replace(findings.QUICK, val_episodes=12, max_turns=3)
+    moves = scripted(["<think>x</think><answer>Up || Right</answer>", "<think>x</think><answer>Right || Down</answer>"])
+    result = findings.evaluate(moves, SMOKE, SMOKE_KWARGS, s, seed=2)
+    assert result["val_seed"] == findings.HELD_OUT_SEED + 2 and result["val_episodes"] == 12
+    assert len(result["val_wins"]) == 12 and set(result["val_wins"]) <= {"0", "1"}
+    assert result["val_wins"].count("1") / 12 == pytest.approx(result["val_success"])
+    assert 0 < result["val_success"] < 1  # a fixed move wins some of these maps, not all
 
 
 def test_a_finished_cell_is_read_back_not_trained_again(tmp_path, monkeypatch):
