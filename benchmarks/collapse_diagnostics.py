@@ -7,8 +7,10 @@ EMA, conditional entropy, token entropy, reply length) and two outcomes: the fin
 training success of the later iterations (sampled, but over ten times the episodes, so less noisy); then,
 across runs, the Spearman rank correlation of each proxy with each outcome and its 95 % bootstrap interval
 (runs resampled), and per filter the mean held-out success with its bootstrap interval. Beside them, how
-far the held-out successes spread across runs against the spread their sampling noise alone would give:
-where the two are alike, no proxy can be seen to track success.
+far the held-out successes spread across runs, and the binomial noise of one run's success over its
+episodes: that is its noise as an estimate over all maps; runs play nearly the same maps (env seeds from
+100000 + seed), so the difference between two runs is less noisy than that (``val_wins``, each episode's
+outcome, lets them be compared map by map).
 
 The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0.14. With a handful of
 runs (``--quick``: 4) a rank correlation is noise; the full default's 27 runs are few as well, and
@@ -76,8 +78,8 @@ def correlation(proxy: str, outcome: str = "val_success"):
 
 
 def spread(rows: list[dict]) -> dict:
-    """The held-out successes' standard deviation across runs, and the one binomial sampling noise alone
-    gives (each run's success over its ``val_episodes`` episodes)."""
+    """The held-out successes' standard deviation across runs, and the binomial noise of one run's success
+    over its ``val_episodes`` episodes (as an estimate over all maps; see the module docstring)."""
     success = np.array([r["val_success"] for r in rows])
     episodes = np.array([r["val_episodes"] for r in rows])
     noise = float(np.sqrt(np.mean(success * (1 - success) / episodes))) if len(rows) else float("nan")
