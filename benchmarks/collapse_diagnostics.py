@@ -6,11 +6,12 @@ the later iterations (Retrieval-Acc, MI-Est in the paper's and the released code
 EMA, conditional entropy, token entropy, reply length) and two outcomes: the final held-out success and the
 training success of the later iterations (sampled, but over ten times the episodes, so less noisy); then,
 across runs, the Spearman rank correlation of each proxy with each outcome and its 95 % bootstrap interval
-(runs resampled), and per filter the mean held-out success with its bootstrap interval. Beside them, how
-far the held-out successes spread across runs, and the binomial noise of one run's success over its
-episodes: that is its noise as an estimate over all maps; runs play nearly the same maps (env seeds from
-100000 + seed), so the difference between two runs is less noisy than that (``val_wins``, each episode's
-outcome, lets them be compared map by map).
+(runs resampled, and the held-out maps they share where each episode's outcome is kept), and per filter
+the mean held-out success with its bootstrap interval. Beside them, how far the held-out successes spread
+across runs, and the binomial noise of one run's success over its episodes: that is its noise as an
+estimate over all maps; runs play nearly the same maps (env seeds from 100000 + seed), so the difference
+between two runs is less noisy than that (``val_wins``, each episode's outcome, lets them be compared map
+by map).
 
 The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0.14. With a handful of
 runs (``--quick``: 4) a rank correlation is noise; the full default's 27 runs are few as well, and
@@ -61,12 +62,37 @@ def spearman(x, y) -> float:
 MIN_RUNS = 6  # fewer runs resample into the same few sets: an interval from them would look narrower than it is
 
 
+def shared_maps(rows: list[dict]) -> np.ndarray | None:
+    """Runs x maps: each run's held-out outcome (1 won) on the maps every run played, matched by env seed;
+    None where a run lacks ``val_wins`` or no map is shared."""
+    if not rows or any("val_wins" not in r for r in rows):
+        return None
+    start = max(r["val_seed"] for r in rows)
+    stop = min(r["val_seed"] + len(r["val_wins"]) for r in rows)
+    if stop <= start:
+        return None
+    return np.array([[w == "1" for w in r["val_wins"][start - r["val_seed"]:stop - r["val_seed"]]] for r in rows],
+                    dtype=float)
+
+
 def bootstrap(statistic, rows: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95 % percentile interval of ``statistic(rows)`` over ``draws`` resamples of the runs (nan: too few)."""
+    """95 % percentile interval of ``statistic(rows)`` over ``draws`` resamples of the runs (nan: too few).
+    Where the runs keep each episode's outcome, every draw also resamples the maps they share (the same
+    maps for every run) and takes held-out success on those: the interval then holds for success over
+    all maps, not only the ones played."""
     if len(rows) < MIN_RUNS:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    values = [statistic([rows[i] for i in rng.integers(0, len(rows), len(rows))]) for _ in range(draws)]
+    wins = shared_maps(rows)
+
+    def draw() -> list[dict]:
+        runs = rng.integers(0, len(rows), len(rows))
+        if wins is None:
+            return [rows[i] for i in runs]
+        success = wins[:, rng.integers(0, wins.shape[1], wins.shape[1])].mean(axis=1)
+        return [{**rows[i], "val_success": float(success[i])} for i in runs]
+
+    values = [statistic(draw()) for _ in range(draws)]
     values = [v for v in values if v == v]
     if len(values) < draws // 2:
         return float("nan"), float("nan")

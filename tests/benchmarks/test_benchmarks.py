@@ -208,6 +208,25 @@ def test_bootstrap_intervals_hold_the_statistic_and_need_enough_runs():
     assert np.isnan(collapse_diagnostics.bootstrap(collapse_diagnostics.correlation("x"), rows[:2])[0])
 
 
+def test_with_each_episodes_outcome_the_bootstrap_also_resamples_the_shared_maps():
+    a, b = {"val_seed": 10, "val_wins": "0110"}, {"val_seed": 11, "val_wins": "11001"}
+    np.testing.assert_array_equal(collapse_diagnostics.shared_maps([a, b]), [[1, 1, 0], [1, 1, 0]])  # seeds 11-13
+    assert collapse_diagnostics.shared_maps([a, {"val_success": 0.5}]) is None
+    # success rising with x, but by less than 20 maps can tell apart: certain over runs alone, not over maps
+    rng = np.random.default_rng(0)
+    rows = [{"x": float(i), "val_seed": 0, "val_wins": "".join("1" if w else "0" for w in rng.random(20) < 0.4)}
+            for i in range(10)]
+    for r in rows:
+        r["val_success"] = r["val_wins"].count("1") / 20
+    for i, r in enumerate(sorted(rows, key=lambda r: r["val_success"])):
+        r["x"] = float(i)
+    rho = collapse_diagnostics.correlation("x")
+    runs_only = [{k: v for k, v in r.items() if k != "val_wins"} for r in rows]
+    assert collapse_diagnostics.bootstrap(rho, runs_only)[0] > 0.7  # 0.82
+    low, high = collapse_diagnostics.bootstrap(rho, rows)
+    assert low < 0.3 and high > 0.9  # -0.27, 0.98
+
+
 def test_a_run_summary_averages_the_later_iterations():
     history = [{"mi/retrieval_acc": 0.2, "filter/kept_ratio": 1.0, "time/update_s": 2.0},
                {"mi/retrieval_acc": 0.6, "filter/kept_ratio": 0.5, "time/update_s": 4.0},
