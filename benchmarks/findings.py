@@ -238,7 +238,7 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     """Train one cell and evaluate it, or read its finished result back. A finished cell evaluated on
     other than ``s.val_episodes`` held-out episodes is evaluated again from its final checkpoint (trained
     again where that is gone); its earlier result is kept beside, as ``result-<episodes>-episodes.json``."""
-    from ragen_envs.agent.backends import make_policy
+    from ragen_envs.agent.backends import PolicyConfig
     from trainers import Trainer
     from trainers.checkpoint import all_checkpoints
     from trainers.metrics import read_metrics
@@ -248,18 +248,17 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
         stored = json.loads(done.read_text())
         if stored.get("val_episodes") == s.val_episodes:
             return stored
-        final = all_checkpoints(run)[-1:]
-        final = final[0] if final and final[0].name == f"checkpoint-{config.num_iterations}" else None
-        if final is None and getattr(args, "finished_only", False):
+        final = run / f"checkpoint-{config.num_iterations}"
+        trained = final in all_checkpoints(run)
+        if not trained and getattr(args, "finished_only", False):
             return stored
         done.rename(done.with_name(f"result-{stored.get('val_episodes', 'unknown')}-episodes.json"))
-        if final is not None:
-            where = {"device": args.device} if args.backend == "transformers" else {}
-            result = {**stored, **evaluate(make_policy(args.backend, str(final), **where), env,
-                                           config.rollout.env_kwargs, s, seed)}
+        if trained:
+            policy = PolicyConfig(args.backend, str(final), device=args.device).make()
+            result = {**stored, **evaluate(policy, env, config.rollout.env_kwargs, s, seed)}
             done.write_text(json.dumps(result, indent=2) + "\n")
             return result
-    rollout_policy = make_policy("vllm", model) if args.backend == "vllm" else None
+    rollout_policy = PolicyConfig("vllm", model).make() if args.backend == "vllm" else None
     # A cell stopped midway goes on from its last checkpoint (every CELL_SAVE_STEPS iterations), with the
     # metrics it would have had uninterrupted; its summary reads them all from the run folder.
     resume = bool(all_checkpoints(run))
