@@ -6,7 +6,8 @@ the later iterations (Retrieval-Acc, MI-Est in the paper's and the released code
 EMA, conditional entropy, token entropy, reply length) and two outcomes: the final held-out success and the
 training success of the later iterations (sampled, but over ten times the episodes, so less noisy); then,
 across runs, the Spearman rank correlation of each proxy with each outcome and its 95 % bootstrap interval
-(runs resampled, and the held-out maps they share where each episode's outcome is kept), and per filter
+(runs resampled, and the held-out maps they share where each episode's outcome is kept), how much better
+MI-Est ranks the runs than entropy (the paper's claim; both correlations on the same draws), and per filter
 the mean held-out success with its bootstrap interval. Beside them, how far the held-out successes spread
 across runs, and the binomial noise of one run's success over its episodes: that is its noise as an
 estimate over all maps; runs play nearly the same maps (env seeds from 100000 + seed), so the difference
@@ -33,6 +34,7 @@ from trainers.metrics import pyplot, wilson
 FILTERS = {"none": None, "top_p": 0.9, "top_k": 0.5}  # filter -> filter_value
 PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "conditional_entropy", "token_entropy",
            "reply_length")
+CONTRASTS = (("mi_est", "token_entropy"), ("mi_est", "conditional_entropy"))  # (MI proxy, entropy proxy)
 OUTCOMES = {"val_success": "final held-out success", "train_success": "training success (later iterations)"}
 COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_random_success", "train_success", *PROXIES]
 
@@ -103,6 +105,13 @@ def correlation(proxy: str, outcome: str = "val_success"):
     return lambda rows: spearman([r[proxy] for r in rows], [r[outcome] for r in rows])
 
 
+def advantage(mi: str, entropy: str, outcome: str = "val_success"):
+    """How much better ``mi`` ranks the runs than ``entropy``, each in the paper's direction (MI up, entropy
+    down): rho(mi) + rho(entropy). Bootstrapped on the same draws, so the two correlations' shared noise
+    cancels: the paper's claim that MI predicts better is this interval above zero."""
+    return lambda rows: correlation(mi, outcome)(rows) + correlation(entropy, outcome)(rows)
+
+
 def spread(rows: list[dict]) -> dict:
     """The held-out successes' standard deviation across runs, and the binomial noise of one run's success
     over its ``val_episodes`` episodes (as an estimate over all maps; see the module docstring)."""
@@ -168,6 +177,11 @@ def main() -> None:
     for outcome, proxy in ((o, p) for o in OUTCOMES for p in PROXIES):
         low, high = bootstrap(correlation(proxy, outcome), rows)
         correlations[outcome][proxy] = {"rho": correlation(proxy, outcome)(rows), "low": low, "high": high}
+    contrasts = {outcome: {} for outcome in OUTCOMES}
+    for outcome, (mi, entropy) in ((o, c) for o in OUTCOMES for c in CONTRASTS):
+        low, high = bootstrap(advantage(mi, entropy, outcome), rows)
+        contrasts[outcome][f"{mi} over {entropy}"] = {"rho_sum": advantage(mi, entropy, outcome)(rows),
+                                                      "low": low, "high": high}
     by_filter = {}
     for name in FILTERS:
         mine = [r for r in rows if r["filter"] == name]
@@ -175,12 +189,16 @@ def main() -> None:
             low, high = bootstrap(mean_success, mine)
             by_filter[name] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine)}
     noise = spread(rows)
-    (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "by_filter": by_filter,
+    (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "mi_over_entropy": contrasts,
+                                                       "by_filter": by_filter,
                                                        "val_success_spread": noise}, indent=2) + "\n")
     for outcome, label in OUTCOMES.items():
         print(f"\nSpearman correlation with {label}, across runs (95 % bootstrap interval):")
         for proxy, c in correlations[outcome].items():
             print(f"  {proxy:22s} {c['rho']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]")
+        for name, c in contrasts[outcome].items():
+            print(f"  {name}: rho sum {c['rho_sum']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]"
+                  " (above 0: MI ranks better)")
     episodes = "/".join(str(n) for n in noise["episodes"])
     print(f"\nHeld-out success across runs: sd {noise['across_runs_sd']:.3f}; its sampling noise alone "
           f"({episodes} episodes a run): sd {noise['sampling_sd']:.3f}")

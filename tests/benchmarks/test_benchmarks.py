@@ -227,6 +227,22 @@ def test_with_each_episodes_outcome_the_bootstrap_also_resamples_the_shared_maps
     assert low < 0.3 and high > 0.9  # -0.27, 0.98
 
 
+def test_mi_over_entropy_is_the_paired_difference_of_their_correlations():
+    rng = np.random.default_rng(1)
+    success = rng.random(27)
+    # mi follows success; entropy falls with it in one case, is unrelated in the other
+    rows = [{"val_success": s, "mi": s + 0.05 * n, "tracks": -s - 0.05 * n, "unrelated": n}
+            for s, n in zip(success, rng.random(27))]
+    both = collapse_diagnostics.advantage("mi", "tracks")
+    assert both(rows) == pytest.approx(0.0)
+    low, high = collapse_diagnostics.bootstrap(both, rows)
+    assert low <= 0 <= high
+    better = collapse_diagnostics.advantage("mi", "unrelated")
+    assert better(rows) == pytest.approx(collapse_diagnostics.correlation("mi")(rows)
+                                         + collapse_diagnostics.correlation("unrelated")(rows))
+    assert collapse_diagnostics.bootstrap(better, rows)[0] > 0.3
+
+
 def test_a_run_summary_averages_the_later_iterations():
     history = [{"mi/retrieval_acc": 0.2, "filter/kept_ratio": 1.0, "time/update_s": 2.0},
                {"mi/retrieval_acc": 0.6, "filter/kept_ratio": 0.5, "time/update_s": 4.0},
