@@ -8,7 +8,8 @@ training success of the later iterations (sampled, but over ten times the episod
 across runs, the Spearman rank correlation of each proxy with each outcome and its 95 % bootstrap interval
 (runs resampled, and the held-out maps they share where each episode's outcome is kept), how much better
 MI-Est ranks the runs than entropy (the paper's claim; both correlations on the same draws), and per filter
-the mean held-out success with its bootstrap interval. Beside them, how far the held-out successes spread
+the mean held-out success and its lift over the untrained model on the same episodes, with bootstrap
+intervals. Beside them, how far the held-out successes spread
 across runs, and the binomial noise of one run's success over its episodes: that is its noise as an
 estimate over all maps; runs play nearly the same maps (env seeds from 100000 + seed), so the difference
 between two runs is less noisy than that (``val_wins``, each episode's outcome, lets them be compared map
@@ -36,7 +37,8 @@ PROXIES = ("retrieval_acc", "mi_est", "mi_est_code", "mi_zscore_ema", "condition
            "reply_length")
 CONTRASTS = (("mi_est", "token_entropy"), ("mi_est", "conditional_entropy"))  # (MI proxy, entropy proxy)
 OUTCOMES = {"val_success": "final held-out success", "train_success": "training success (later iterations)"}
-COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_random_success", "train_success", *PROXIES]
+COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_start_success", "val_random_success", "train_success",
+           *PROXIES]
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
@@ -64,35 +66,43 @@ def spearman(x, y) -> float:
 MIN_RUNS = 6  # fewer runs resample into the same few sets: an interval from them would look narrower than it is
 
 
-def shared_maps(rows: list[dict]) -> np.ndarray | None:
+WINS = {"val_wins": "val_success", "val_start_wins": "val_start_success"}  # each episode's outcome -> success
+
+
+def shared_maps(rows: list[dict], key: str = "val_wins") -> np.ndarray | None:
     """Runs x maps: each run's held-out outcome (1 won) on the maps every run played, matched by env seed;
-    None where a run lacks ``val_wins`` or no map is shared."""
-    if not rows or any("val_wins" not in r for r in rows):
+    None where a run lacks ``key`` or no map is shared. ``val_start_wins`` (the untrained model's outcomes
+    on a run's episodes) gives the same maps as ``val_wins``."""
+    if not rows or any(key not in r for r in rows):
         return None
     start = max(r["val_seed"] for r in rows)
-    stop = min(r["val_seed"] + len(r["val_wins"]) for r in rows)
+    stop = min(r["val_seed"] + len(r[key]) for r in rows)
     if stop <= start:
         return None
-    return np.array([[w == "1" for w in r["val_wins"][start - r["val_seed"]:stop - r["val_seed"]]] for r in rows],
+    return np.array([[w == "1" for w in r[key][start - r["val_seed"]:stop - r["val_seed"]]] for r in rows],
                     dtype=float)
 
 
 def bootstrap(statistic, rows: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95 % percentile interval of ``statistic(rows)`` over ``draws`` resamples of the runs (nan: too few).
     Where the runs keep each episode's outcome, every draw also resamples the maps they share (the same
-    maps for every run) and takes held-out success on those: the interval then holds for success over
-    all maps, not only the ones played."""
+    maps for every run) and takes held-out success on those, the trained runs' and their starts' alike:
+    the interval then holds for success over all maps, not only the ones played."""
     if len(rows) < MIN_RUNS:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    wins = shared_maps(rows)
+    wins = {WINS[key]: w for key in WINS if (w := shared_maps(rows, key)) is not None}
+    if len({w.shape for w in wins.values()}) > 1:
+        raise ValueError("the runs and their starts were played on different maps")
 
     def draw() -> list[dict]:
         runs = rng.integers(0, len(rows), len(rows))
-        if wins is None:
+        if not wins:
             return [rows[i] for i in runs]
-        success = wins[:, rng.integers(0, wins.shape[1], wins.shape[1])].mean(axis=1)
-        return [{**rows[i], "val_success": float(success[i])} for i in runs]
+        width = next(iter(wins.values())).shape[1]
+        maps = rng.integers(0, width, width)
+        success = {name: w[:, maps].mean(axis=1) for name, w in wins.items()}
+        return [{**rows[i], **{name: float(v[i]) for name, v in success.items()}} for i in runs]
 
     values = [statistic(draw()) for _ in range(draws)]
     values = [v for v in values if v == v]
@@ -124,6 +134,11 @@ def spread(rows: list[dict]) -> dict:
 
 def mean_success(rows) -> float:
     return float(np.mean([r["val_success"] for r in rows]))
+
+
+def mean_lift(rows) -> float:
+    """Mean held-out success gained over the untrained model on the same episodes (nan without starts)."""
+    return float(np.mean([r["val_success"] - r.get("val_start_success", float("nan")) for r in rows]))
 
 
 def plot(out, rows, correlations) -> None:
@@ -187,7 +202,9 @@ def main() -> None:
         mine = [r for r in rows if r["filter"] == name]
         if mine:
             low, high = bootstrap(mean_success, mine)
-            by_filter[name] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine)}
+            lift_low, lift_high = bootstrap(mean_lift, mine)
+            by_filter[name] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine),
+                               "lift": mean_lift(mine), "lift_low": lift_low, "lift_high": lift_high}
     noise = spread(rows)
     (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "mi_over_entropy": contrasts,
                                                        "by_filter": by_filter,
@@ -204,7 +221,8 @@ def main() -> None:
           f"({episodes} episodes a run): sd {noise['sampling_sd']:.3f}")
     print("\nHeld-out success by filter, mean over runs (95 % bootstrap interval):")
     for name, f in by_filter.items():
-        print(f"  {name:8s} {f['success']:.3f} [{f['low']:.3f}, {f['high']:.3f}]  ({f['runs']} runs)")
+        print(f"  {name:8s} {f['success']:.3f} [{f['low']:.3f}, {f['high']:.3f}]  ({f['runs']} runs); over the "
+              f"untrained start on the same maps {f['lift']:+.3f} [{f['lift_low']:+.3f}, {f['lift_high']:+.3f}]")
     plot(out, rows, correlations)
 
 

@@ -6,8 +6,9 @@ so a script that is stopped and started again skips the finished cells and rerun
 Run again with another ``--val-episodes``, a finished cell is only evaluated again, on its final
 checkpoint's weights (even with ``--finished-only``; trained again where the checkpoint is gone, but
 not with ``--finished-only``).
-Every result records the cell's seed and full config; ``config.json`` in the results folder records the
-script's arguments.
+The untrained model plays each seed's held-out episodes too (``start-seed<seed>/``), so every row has
+its run's lift over its start on the same maps. Every result records the cell's seed and full config;
+``config.json`` in the results folder records the script's arguments.
 
 Without ``--model`` the scripts train the demo env's model organism (``trainers/organism.py``: a
 0.6M-parameter decoder built on first use, about 3 minutes, then cached) at RAGEN's main-table scale
@@ -274,6 +275,47 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     return result
 
 
+def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: int) -> dict:
+    """The untrained model on the held-out episodes the cells of ``seed`` (and ``env_kwargs``) play: what a
+    run's lift is measured from, map by map. Kept in ``start[-<kwargs>]-seed<seed>/result.json`` and played
+    again where the episodes differ; ``policy`` is called to build the model only then."""
+    tag = "".join(f"-{k}{v}" for k, v in sorted(env_kwargs.items()))
+    done = out / f"start{tag}-seed{seed}" / "result.json"
+    episodes = {"env_kwargs": env_kwargs, "val_episodes": s.val_episodes, "max_turns": s.max_turns,
+                "max_new_tokens": s.max_new_tokens}
+    if done.is_file():
+        stored = json.loads(done.read_text())
+        if all(stored.get(k) == v for k, v in episodes.items()):
+            return stored
+    result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed)}
+    done.parent.mkdir(parents=True, exist_ok=True)
+    done.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def with_starts(args, out: Path, model: str, cells: list, results: list[dict]) -> list[dict]:
+    """Each result with its seed's start beside (``val_start_success``, ``val_start_wins``) and the run's lift
+    over it on the same episodes (``val_lift``)."""
+    from ragen_envs.agent.backends import PolicyConfig
+
+    built = []
+
+    def policy():
+        if not built:
+            built.append(PolicyConfig(args.backend, model, device=args.device).make())
+        return built[0]
+
+    rows = []
+    for (_, _, s, seed, fields), result in zip(cells, results):
+        if result.get("val_episodes") != s.val_episodes:  # a stored result of another size (--finished-only)
+            rows.append({**result, "val_lift": float("nan")})
+            continue
+        start = start_result(out, WARM_ENV, policy, fields.get("env_kwargs", {}), s, seed)
+        rows.append({**result, "val_start_success": start["val_success"], "val_start_wins": start["val_wins"],
+                     "val_lift": result["val_success"] - start["val_success"]})
+    return rows
+
+
 def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> None:
     """``results.csv``, ``results.json`` and the printed table."""
     with open(out / "results.csv", "w", newline="") as f:
@@ -291,8 +333,9 @@ def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> 
 
 def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, int, dict]]) -> list[dict]:
     """Run (or read back) each cell ``(name, labels, scale, seed, trainer fields)`` on ``WARM_ENV``; a
-    row per cell: its labels and its result. ``--workers`` N trains N cells at once in separate processes
-    (a small model trains faster on one core each than on all cores together)."""
+    row per cell: its labels, its result and its lift over the untrained model (``with_starts``).
+    ``--workers`` N trains N cells at once in separate processes (a small model trains faster on one core
+    each than on all cores together)."""
     if getattr(args, "finished_only", False):
         cells = [c for c in cells if (out / c[0] / "result.json").is_file()]
     jobs = [(f"[{i}/{len(cells)}] {name}", out, name, WARM_ENV, model,
@@ -313,6 +356,7 @@ def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, i
             except BaseException:
                 pool.shutdown(cancel_futures=True)  # the failure is reported now, not after every other cell
                 raise
+    results = with_starts(args, out, model, cells, results)
     return [{**labels, **result} for (_, labels, *_), result in zip(cells, results)]
 
 

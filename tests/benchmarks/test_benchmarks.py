@@ -227,6 +227,23 @@ def test_with_each_episodes_outcome_the_bootstrap_also_resamples_the_shared_maps
     assert low < 0.3 and high > 0.9  # -0.27, 0.98
 
 
+def test_a_runs_lift_over_its_start_is_resampled_map_by_map():
+    rng = np.random.default_rng(2)
+    start = rng.random(200) < 0.4  # the untrained model's outcomes on the 200 shared maps
+    rows = []
+    for _ in range(10):  # each run wins a few maps more than its start, loses none
+        wins = start | (rng.random(200) < 0.06)
+        rows.append({"val_seed": 0, "val_wins": "".join("1" if w else "0" for w in wins),
+                     "val_start_wins": "".join("1" if w else "0" for w in start),
+                     "val_success": wins.mean(), "val_start_success": start.mean()})
+    lift = collapse_diagnostics.mean_lift(rows)
+    low, high = collapse_diagnostics.bootstrap(collapse_diagnostics.mean_lift, rows)
+    assert 0.02 < low <= lift <= high < 0.06  # both on the same maps: the maps' own luck cancels
+    shifted = [{**r, "val_start_wins": r["val_start_wins"][1:]} for r in rows]
+    with pytest.raises(ValueError, match="different maps"):
+        collapse_diagnostics.bootstrap(collapse_diagnostics.mean_lift, shifted)
+
+
 def test_mi_over_entropy_is_the_paired_difference_of_their_correlations():
     rng = np.random.default_rng(1)
     success = rng.random(27)
@@ -282,12 +299,44 @@ def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(sc
         return original(out, name, *args)
 
     monkeypatch.setattr(findings, "run_cell", finished)
+    monkeypatch.setattr(findings, "with_starts", lambda args, out, model, cells, results: results)
     monkeypatch.setattr(sys, "argv", [script, "--quick", "--model", "m", "--out", str(tmp_path)])
     module.main()
     assert names and len(names) == len(set(names))
     assert (tmp_path / "results.csv").read_text().count("\n") == len(names) + 1
     assert len(json.loads((tmp_path / "results.json").read_text())) == len(names)
     assert list(tmp_path.glob("*.png")) and json.loads((tmp_path / "config.json").read_text())["quick"]
+
+
+def test_each_run_is_measured_against_its_untrained_start_on_the_same_episodes(tmp_path, monkeypatch):
+    from ragen_envs.agent.backends import PolicyConfig
+
+    built, played = [], []
+    monkeypatch.setattr(PolicyConfig, "make", lambda self: built.append(self.model) or "policy")
+
+    def evaluate(policy, env, env_kwargs, s, seed):
+        played.append((policy, env_kwargs.get("slip"), s.val_episodes, seed))
+        return {"val_success": 0.25 + seed / 10, "val_seed": 100 + seed, "val_wins": "0001"[:s.val_episodes]}
+
+    monkeypatch.setattr(findings, "evaluate", evaluate)
+    args = findings.parser("").parse_args(["--model", "m"])
+    s = replace(findings.QUICK, val_episodes=4)
+    cells = [(f"{slip}-{seed}", {}, s, seed, {"env_kwargs": {"slip": slip}} if slip else {})
+             for slip in (0, 0.5) for seed in (0, 1)] + [("stale", {}, s, 0, {})]
+    results = [{"val_success": 0.5, "val_episodes": 4}] * 4 + [{"val_success": 0.5, "val_episodes": 8}]
+    rows = findings.with_starts(args, tmp_path, "m", cells, results)
+    assert built == ["m"]  # one model for every start
+    assert played == [("policy", None, 4, 0), ("policy", None, 4, 1), ("policy", 0.5, 4, 0), ("policy", 0.5, 4, 1)]
+    assert [r["val_lift"] for r in rows[:4]] == pytest.approx([0.25, 0.15, 0.25, 0.15])
+    assert rows[0]["val_start_wins"] == "0001" and rows[1]["val_start_success"] == pytest.approx(0.35)
+    assert math.isnan(rows[4]["val_lift"])  # played on other episodes than its start: no lift
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["start-seed0", "start-seed1", "start-slip0.5-seed0",
+                                                          "start-slip0.5-seed1"]
+    findings.with_starts(args, tmp_path, "m", cells, results)
+    assert len(played) == 4  # kept
+    smaller = [(n, {}, replace(s, val_episodes=2), seed, f) for n, _, _, seed, f in cells[:1]]
+    findings.with_starts(args, tmp_path, "m", smaller, [{"val_success": 0.5, "val_episodes": 2}])
+    assert played[-1] == ("policy", None, 2, 0)  # other episodes: played again
 
 
 def test_the_reward_audit_finds_no_policy_earning_without_doing_the_task():
