@@ -8,12 +8,11 @@ training success of the later iterations (sampled, but over ten times the episod
 across runs, the Spearman rank correlation of each proxy with each outcome and its 95 % bootstrap interval
 (runs resampled, and the held-out maps they share where each episode's outcome is kept), how much better
 MI-Est ranks the runs than entropy (the paper's claim; both correlations on the same draws), and per filter
-the mean held-out success and its lift over the untrained model on the same episodes, with bootstrap
-intervals. Beside them, how far the held-out successes spread
-across runs, and the binomial noise of one run's success over its episodes: that is its noise as an
-estimate over all maps; runs play nearly the same maps (env seeds from 100000 + seed), so the difference
-between two runs is less noisy than that (``val_wins``, each episode's outcome, lets them be compared map
-by map).
+and per entropy coefficient the mean held-out success and its lift over the untrained model on the same
+episodes, with bootstrap intervals. Beside them, how far the held-out successes spread across runs, and
+the binomial noise of one run's success over its episodes: that is its noise as an estimate over all maps;
+runs play nearly the same maps (env seeds from 100000 + seed), so the difference between two runs is less
+noisy than that (``val_wins``, each episode's outcome, lets them be compared map by map).
 
 The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0.14. With a handful of
 runs (``--quick``: 4) a rank correlation is noise; the full default's 27 runs are few as well, and
@@ -141,6 +140,19 @@ def mean_lift(rows) -> float:
     return float(np.mean([r["val_success"] - r.get("val_start_success", float("nan")) for r in rows]))
 
 
+def by(rows: list[dict], key: str) -> dict:
+    """Per value of the setting ``key`` (a filter, an entropy coefficient): its runs' mean held-out success
+    and their mean lift over the untrained start, each with its bootstrap interval."""
+    out = {}
+    for value in dict.fromkeys(r[key] for r in rows):
+        mine = [r for r in rows if r[key] == value]
+        low, high = bootstrap(mean_success, mine)
+        lift_low, lift_high = bootstrap(mean_lift, mine)
+        out[str(value)] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine),
+                           "lift": mean_lift(mine), "lift_low": lift_low, "lift_high": lift_high}
+    return out
+
+
 def plot(out, rows, correlations) -> None:
     plt = pyplot()
 
@@ -197,17 +209,10 @@ def main() -> None:
         low, high = bootstrap(advantage(mi, entropy, outcome), rows)
         contrasts[outcome][f"{mi} over {entropy}"] = {"rho_sum": advantage(mi, entropy, outcome)(rows),
                                                       "low": low, "high": high}
-    by_filter = {}
-    for name in FILTERS:
-        mine = [r for r in rows if r["filter"] == name]
-        if mine:
-            low, high = bootstrap(mean_success, mine)
-            lift_low, lift_high = bootstrap(mean_lift, mine)
-            by_filter[name] = {"success": mean_success(mine), "low": low, "high": high, "runs": len(mine),
-                               "lift": mean_lift(mine), "lift_low": lift_low, "lift_high": lift_high}
+    by_setting = {key: by(rows, key) for key in ("filter", "entropy_coef")}
     noise = spread(rows)
     (out / "correlations.json").write_text(json.dumps({"spearman": correlations, "mi_over_entropy": contrasts,
-                                                       "by_filter": by_filter,
+                                                       **{f"by_{key}": v for key, v in by_setting.items()},
                                                        "val_success_spread": noise}, indent=2) + "\n")
     for outcome, label in OUTCOMES.items():
         print(f"\nSpearman correlation with {label}, across runs (95 % bootstrap interval):")
@@ -219,10 +224,11 @@ def main() -> None:
     episodes = "/".join(str(n) for n in noise["episodes"])
     print(f"\nHeld-out success across runs: sd {noise['across_runs_sd']:.3f}; its sampling noise alone "
           f"({episodes} episodes a run): sd {noise['sampling_sd']:.3f}")
-    print("\nHeld-out success by filter, mean over runs (95 % bootstrap interval):")
-    for name, f in by_filter.items():
-        print(f"  {name:8s} {f['success']:.3f} [{f['low']:.3f}, {f['high']:.3f}]  ({f['runs']} runs); over the "
-              f"untrained start on the same maps {f['lift']:+.3f} [{f['lift_low']:+.3f}, {f['lift_high']:+.3f}]")
+    for key, groups in by_setting.items():
+        print(f"\nHeld-out success by {key}, mean over runs (95 % bootstrap interval):")
+        for name, f in groups.items():
+            print(f"  {name:8s} {f['success']:.3f} [{f['low']:.3f}, {f['high']:.3f}]  ({f['runs']} runs); over the "
+                  f"untrained start on the same maps {f['lift']:+.3f} [{f['lift_low']:+.3f}, {f['lift_high']:+.3f}]")
     plot(out, rows, correlations)
 
 

@@ -239,6 +239,12 @@ def test_a_runs_lift_over_its_start_is_resampled_map_by_map():
     lift = collapse_diagnostics.mean_lift(rows)
     low, high = collapse_diagnostics.bootstrap(collapse_diagnostics.mean_lift, rows)
     assert 0.02 < low <= lift <= high < 0.06  # both on the same maps: the maps' own luck cancels
+    for i, r in enumerate(rows):
+        r["filter"] = "none" if i < 7 else "top_p"
+    groups = collapse_diagnostics.by(rows, "filter")
+    assert [(k, g["runs"]) for k, g in groups.items()] == [("none", 7), ("top_p", 3)]
+    assert groups["none"]["lift"] == pytest.approx(collapse_diagnostics.mean_lift(rows[:7]))
+    assert math.isnan(groups["top_p"]["lift_low"])  # 3 runs are too few for an interval
     shifted = [{**r, "val_start_wins": r["val_start_wins"][1:]} for r in rows]
     with pytest.raises(ValueError, match="different maps"):
         collapse_diagnostics.bootstrap(collapse_diagnostics.mean_lift, shifted)
