@@ -1,9 +1,9 @@
 """FrozenLake slip sweep: does SNR-aware filtering help less as the environment gets noisier?
 
 Cells: slip in {0, 0.2, 0.5, 0.8, 1.0} x filter {none, top_p 0.9} x seeds, each a GRPO run on
-``Ragen/FrozenLakeCoord-v0`` from the warm-started model. Per cell: the final held-out success
-(greedy, with random valid actions' success on the same episodes), Retrieval-Acc against its chance
-level, the MI z-score EMA, the conditional entropy and the mean kept ratio.
+``Ragen/FrozenLakeCoord-v0`` from the warm-started model. Per cell: the final held-out success (greedy,
+with the untrained start's and random valid actions' success on the same episodes), Retrieval-Acc against
+its chance level, the MI z-score EMA, the conditional entropy and the mean kept ratio.
 
 The paper's prediction: return and MI fall as slip rises, and the filter's benefit fades at 80-100 %
 slip (reward variance then comes from the dice, not from the prompt).
@@ -26,8 +26,8 @@ from trainers.metrics import pyplot
 
 SLIPS = (0.0, 0.2, 0.5, 0.8, 1.0)
 FILTERS = ("none", "top_p")
-COLUMNS = ["slip", "filter", "seed", "val_success", "val_random_success", "retrieval_acc", "retrieval_chance",
-           "mi_zscore_ema", "conditional_entropy", "kept_ratio", "wall_s"]
+COLUMNS = ["slip", "filter", "seed", "val_success", "val_start_success", "val_random_success", "retrieval_acc",
+           "retrieval_chance", "mi_zscore_ema", "conditional_entropy", "kept_ratio", "wall_s"]
 
 
 def gains(rows) -> list[dict]:
@@ -107,6 +107,9 @@ def plot(out, rows, gain) -> None:
     axes[1].plot(SLIPS, chance, "k--", label="chance")
     randoms = [np.nanmean([r["val_random_success"] for r in rows if r["slip"] == s]) for s in SLIPS]
     axes[0].plot(SLIPS, randoms, "k--", label="random actions")
+    if all("val_start_success" in r for r in rows):
+        starts = [np.mean([r["val_start_success"] for r in rows if r["slip"] == s]) for s in SLIPS]
+        axes[0].plot(SLIPS, starts, "k:", label="untrained start")
     by_slip = [g for g in gain if g["slip"] in SLIPS]
     mean = np.array([g["gain"] for g in by_slip])
     spread = np.nan_to_num([[g["gain"] - g["low"] for g in by_slip], [g["high"] - g["gain"] for g in by_slip]])
