@@ -109,8 +109,9 @@ def training(args) -> dict:
 def results_folder(args, script: str) -> Path:
     out = Path(args.out or Path(__file__).parent / "results" / (script + ("-quick" if args.quick else "")))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({"script": script, **vars(args), "scale": asdict(scale(args))},
-                                                indent=2) + "\n")
+    config = out / "config.json"
+    if not (getattr(args, "finished_only", False) and config.is_file()):  # a summary keeps the sweep's own record
+        config.write_text(json.dumps({"script": script, **vars(args), "scale": asdict(scale(args))}, indent=2) + "\n")
     return out
 
 

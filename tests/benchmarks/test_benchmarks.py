@@ -314,6 +314,17 @@ def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(sc
     assert list(tmp_path.glob("*.png")) and json.loads((tmp_path / "config.json").read_text())["quick"]
 
 
+def test_a_summary_of_finished_cells_keeps_the_sweeps_own_config(tmp_path):
+    sweep = findings.parser("").parse_args(["--out", str(tmp_path), "--seeds", "3"])
+    findings.results_folder(sweep, "s")
+    summary = findings.parser("").parse_args(["--out", str(tmp_path), "--finished-only"])
+    findings.results_folder(summary, "s")
+    assert json.loads((tmp_path / "config.json").read_text())["seeds"] == 3
+    (tmp_path / "config.json").unlink()
+    findings.results_folder(summary, "s")  # none to keep: the summary's own
+    assert json.loads((tmp_path / "config.json").read_text())["finished_only"]
+
+
 def test_each_run_is_measured_against_its_untrained_start_on_the_same_episodes(tmp_path, monkeypatch):
     from ragen_envs.agent.backends import PolicyConfig
 
