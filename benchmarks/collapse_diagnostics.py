@@ -178,6 +178,8 @@ def plot(out, rows, correlations) -> None:
         span = np.array([[p - low, high - p] for p, (low, high) in zip(success, bounds)]).T
         axes[1].errorbar([r["mi_zscore_ema"] for r in mine], success, fmt="o", capsize=2, label=f"filter {name}",
                          yerr=span)
+    if all("val_start_success" in r for r in rows):
+        axes[1].axhline(np.mean([r["val_start_success"] for r in rows]), color="k", ls=":", label="untrained start")
     axes[1].set_xlabel("MI z-score EMA (later iterations)")
     episodes = "/".join(str(n) for n in sorted({r["val_episodes"] for r in rows}))
     axes[1].set_ylabel(f"held-out success (95 % Wilson interval, {episodes} episodes)", fontsize=8)
