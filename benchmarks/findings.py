@@ -309,7 +309,7 @@ def with_starts(args, out: Path, model: str, cells: list, results: list[dict]) -
     rows = []
     for (_, _, s, seed, fields), result in zip(cells, results):
         if result.get("val_episodes") != s.val_episodes:  # a stored result of another size (--finished-only)
-            rows.append({**result, "val_lift": float("nan")})
+            rows.append(result)  # no start played on its episodes: no lift
             continue
         start = start_result(out, WARM_ENV, policy, fields.get("env_kwargs", {}), s, seed)
         rows.append({**result, "val_start_success": start["val_success"], "val_start_wins": start["val_wins"],
