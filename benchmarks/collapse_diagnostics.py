@@ -91,14 +91,15 @@ def bootstrap(statistic, rows: list[dict], draws: int = 2000, seed: int = 0) -> 
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     wins = {WINS[key]: w for key in WINS if (w := shared_maps(rows, key)) is not None}
-    if len({w.shape for w in wins.values()}) > 1:
+    widths = {w.shape[1] for w in wins.values()}
+    if len(widths) > 1:
         raise ValueError("the runs and their starts were played on different maps")
 
     def draw() -> list[dict]:
         runs = rng.integers(0, len(rows), len(rows))
         if not wins:
             return [rows[i] for i in runs]
-        width = next(iter(wins.values())).shape[1]
+        width = next(iter(widths))
         maps = rng.integers(0, width, width)
         success = {name: w[:, maps].mean(axis=1) for name, w in wins.items()}
         return [{**rows[i], **{name: float(v[i]) for name, v in success.items()}} for i in runs]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import multiprocessing
 import os
@@ -299,13 +300,7 @@ def with_starts(args, out: Path, model: str, cells: list, results: list[dict]) -
     over it on the same episodes (``val_lift``)."""
     from ragen_envs.agent.backends import PolicyConfig
 
-    built = []
-
-    def policy():
-        if not built:
-            built.append(PolicyConfig(args.backend, model, device=args.device).make())
-        return built[0]
-
+    policy = functools.cache(lambda: PolicyConfig(args.backend, model, device=args.device).make())  # on first need
     rows = []
     for (_, _, s, seed, fields), result in zip(cells, results):
         if result.get("val_episodes") != s.val_episodes:  # a stored result of another size (--finished-only)
