@@ -20,9 +20,12 @@ remote client, which exposes the same names):
   ``oracle_reasoning()`` says, from the current state, why that action (None where the env has no
   words for it): the reasoning of warm-start demonstrations, so it differs from state to state.
 - ``info`` at reset and at every step holds ``action_is_valid``, ``action_is_effective`` (the state
-  changed) and ``success``; envs add their own keys (``optimal_solution_length`` at reset, ...).
-- Terminal states are absorbing, as in Gymnasium's toy-text envs: after ``terminated``, every step
-  returns the same observation, reward 0 and ``terminated=True``.
+  changed), ``success`` and ``episode_over`` (below); envs add their own keys
+  (``optimal_solution_length`` at reset, ...).
+- An ended episode stays ended: after ``terminated`` or ``truncated``, every step applies nothing and
+  returns the same observation, reward 0, the same ``terminated`` / ``truncated`` flags and
+  ``info["episode_over"] = True`` (False on every step of a running episode). A policy cannot earn
+  past the end, and a caller that keeps stepping is told why nothing happens.
 
 Subclasses implement ``_new_episode``, ``parse_action``, ``_apply``, ``_observation`` and
 ``_is_success``, and may add ``info`` keys of their own with ``_extra_info``. ``GridEnv``
@@ -48,7 +51,7 @@ MAX_ACTION_CHARS = 4096
 # is an invalid action (RAGEN would step it; no answer is a book)
 MAX_ANSWER_CHARS = 10_000
 
-INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
+INFO_KEYS = ("action_is_valid", "action_is_effective", "success", "episode_over")
 
 
 class LLMEnv(gym.Env):
@@ -74,6 +77,7 @@ class LLMEnv(gym.Env):
         self.reset_seed: int | None = None
         self._started = False
         self._terminated = False
+        self._truncated = False
 
     # -- what subclasses implement -------------------------------------------------------------
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +123,7 @@ class LLMEnv(gym.Env):
         transition_seed = options.pop("transition_seed", None)
         self._elapsed_steps = 0
         self._terminated = False
+        self._truncated = False
         extra = self._new_episode(options)
         if transition_seed is not None:
             # The initial state is drawn; what follows comes from its own stream.
@@ -130,23 +135,28 @@ class LLMEnv(gym.Env):
         self._started = True
         if self.render_mode == "human":
             self.render()
-        return self._observation(), self._info(valid=True, effective=False, **extra)
+        return self._observation(), self._info(valid=True, effective=False, episode_over=False, **extra)
 
     def step(self, action: str):
         if not self._started:
             raise RuntimeError(f"{type(self).__name__}.step() called before reset(): call reset() first")
+        if self._terminated or self._truncated:
+            # Past the end nothing is parsed or applied (parsing hostile text costs time too).
+            info = self._info(valid=False, effective=False, episode_over=True)
+            return self._observation(), 0.0, self._terminated, self._truncated, info
         # Every call counts towards max_steps, invalid ones too, so an episode always ends.
         self._elapsed_steps += 1
         parsed = self.parse_action(action) if isinstance(action, str) else None
-        if parsed is None or self._terminated:
-            reward, terminated, effective = 0.0, self._terminated, False
+        if parsed is None:
+            reward, terminated, effective = 0.0, False, False
         else:
             reward, terminated, effective = self._apply(parsed)
         self._terminated = terminated
-        truncated = not terminated and self._elapsed_steps >= self.max_steps
+        self._truncated = truncated = not terminated and self._elapsed_steps >= self.max_steps
         if self.render_mode == "human":
             self.render()
-        info = self._info(valid=parsed is not None and self._is_valid(parsed), effective=effective)
+        info = self._info(valid=parsed is not None and self._is_valid(parsed), effective=effective,
+                          episode_over=False)
         return self._observation(), float(reward), terminated, truncated, info
 
     def _is_valid(self, parsed: Any) -> bool:

@@ -271,6 +271,24 @@ def test_terminal_states_are_absorbing(any_env_id):
     for action in [*_actions(env), ""]:
         after, reward, still, _, info = env.unwrapped.step(action)
         assert _text(after) == _text(obs) and reward == 0.0 and still and not info["action_is_effective"]
+        assert info["episode_over"] and not info["action_is_valid"]
+
+
+def test_nothing_is_paid_or_played_after_truncation(any_env_id):
+    # the red team's brute force: keep answering after max_steps (MetaMathQA by counting, Sokoban to +10)
+    env = gym.make(any_env_id)
+    oracle = env.get_wrapper_attr("oracle_action")
+    obs, _ = env.reset(seed=0)
+    limit = env.get_wrapper_attr("max_steps")
+    for step in range(limit):
+        obs, _, _, truncated, info = env.step("")
+        assert info["episode_over"] is False
+    assert truncated
+    for _ in range(3):
+        action = oracle()
+        after, reward, terminated, still, info = env.unwrapped.step(action if action is not None else "")
+        assert reward == 0.0 and still and not terminated and info["episode_over"]
+        assert _text(after) == _text(obs) and not info["action_is_effective"] and not info["success"]
 
 
 def test_ansi_render_is_the_text(any_env_id):
