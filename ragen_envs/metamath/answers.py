@@ -24,6 +24,11 @@ THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 FRAC = re.compile(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}")
 NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?(?:/\d+)?")
 TOLERANCE = 1e-6
+# Longest numeral read as a number, and its largest exponent: ``1e100000000`` (11 characters) would
+# build a hundred-million-digit integer; no gold answer needs more.
+MAX_NUMBER_CHARS = 100
+MAX_EXPONENT = 400
+EXPONENT = re.compile(r"e([-+]?\d+)", re.IGNORECASE)
 
 
 def unbox(text: str) -> str:
@@ -52,8 +57,12 @@ def normalise(text: str) -> str:
 
 
 def to_number(text: str) -> Fraction | None:
+    text = text.replace(" ", "")
+    exponent = EXPONENT.search(text)
+    if len(text) > MAX_NUMBER_CHARS or exponent and abs(int(exponent.group(1))) > MAX_EXPONENT:
+        return None
     try:
-        return Fraction(text.replace(" ", ""))
+        return Fraction(text)
     except (ValueError, ZeroDivisionError):
         return None
 

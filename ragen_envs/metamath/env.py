@@ -1,7 +1,7 @@
 """MetaMathQA: answer a math question; a wrong answer may be retried, for half the reward each time.
 
 Observation: the question (text); after a wrong answer also "Incorrect. Please think again." and
-the answers tried so far.
+the answers tried so far (the last 10, and how many before them).
 
 Action: the answer as free text; any non-empty text (without control characters, up to 2,000
 characters) is an answer. Its check, by ``answer_check``:
@@ -9,7 +9,8 @@ characters) is an answer. Its check, by ``answer_check``:
   the record's response) after lowercasing and removing all whitespace; ``$18``, ``18.0`` and
   ``\\boxed{18}`` are wrong for 18.
 - ``"normalized"``: both sides normalised (``answers.py``: case, ``$``, ``\\boxed{}``, thousands
-  separators, trailing ``.0``; numbers compare numerically within 1e-6, ``3/4`` equals ``0.75``).
+  separators, trailing ``.0``; numbers compare numerically within 1e-6, ``3/4`` equals ``0.75``; a
+  numeral over 100 characters or with an exponent beyond 400 is not read as a number).
 
 Reward: a correct answer ends the episode with ``1 / 2**k``, k the wrong answers before it (1, 0.5,
 0.25, ...); a wrong one gives 0 and the episode goes on.
@@ -35,6 +36,7 @@ Arguments:
 from __future__ import annotations
 
 import random
+from collections import deque
 from typing import Any, NamedTuple
 
 from ragen_envs import data
@@ -46,6 +48,7 @@ HUB_NAME = "meta-math/MetaMathQA"
 FIELDS = ("query", "response")
 MAX_ANSWER_CHARS = 2000  # longer text is not an answer (it is not compared at all)
 RETRY = "Incorrect. Please think again."
+SHOWN_TRIES = 10  # the observation lists the last few wrong answers, so it stays small however many
 
 INSTRUCTIONS = (
     "Solve the math problem. Answer with the final answer only (a number or an expression), e.g. 42 "
@@ -89,14 +92,16 @@ class MetaMathQAEnv(TextEnv):
                                   if selection == "ragen" else None)
         self.question = self.gold = ""
         self.label: str | None = None
-        self.wrong: list[str] = []
+        self.wrong: deque[str] = deque(maxlen=SHOWN_TRIES)  # the latest wrong answers
+        self.wrong_count = 0
         self.solved = False
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         problem = (to_problem(options["problem"], "options['problem']") if "problem" in options
                    else self.source.sample(self.np_random, self.reset_seed))
         self.question, self.gold, self.label = problem
-        self.wrong, self.solved = [], False
+        self.wrong.clear()
+        self.wrong_count, self.solved = 0, False
         return {}
 
     def parse_action(self, action: str) -> str | None:
@@ -105,14 +110,16 @@ class MetaMathQAEnv(TextEnv):
     def _apply(self, answer: str) -> tuple[float, bool, bool]:
         if exact_match(answer, self.label) if self.answer_check == "exact" else is_correct(answer, self.gold):
             self.solved = True
-            return 1.0 / 2 ** len(self.wrong), True, True
+            return 0.5 ** self.wrong_count, True, True  # a float power: 1 / 2**1024 overflowed
         self.wrong.append(answer)
+        self.wrong_count += 1
         return 0.0, False, True
 
     def _text(self) -> str:
         if not self.wrong or self.solved:
             return self.question
-        tried = "; ".join(self.wrong)
+        earlier = self.wrong_count - len(self.wrong)
+        tried = (f"{earlier} more, then " if earlier else "") + "; ".join(self.wrong)
         return f"{self.question}\n{RETRY} (tried: {tried}; {self.max_steps - self._elapsed_steps} attempts left)"
 
     def _is_success(self) -> bool:

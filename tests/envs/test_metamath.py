@@ -139,3 +139,26 @@ def test_the_hub_source_is_metamathqa(monkeypatch):
     gym.make("Ragen/MetaMathQA-v0", dataset="hub", split="test")  # its one split, as RAGEN validates
     assert calls[-1] == (("meta-math/MetaMathQA",), "train")
     data.load_hub.cache_clear()
+
+
+def test_a_huge_numeral_is_not_a_number_and_is_checked_at_once():
+    # "1e100000000" made Fraction build a hundred-million-digit integer (past 20 s a step)
+    assert not is_correct("1e100000000", "18") and not is_correct("9" * 5000, "18")
+    assert is_correct("1.8e1", "18")
+    env = gym.make("Ragen/MetaMathQA-v0", answer_check="normalized")
+    env.reset(seed=0, options={"problem": PROBLEM})
+    _, reward, _, _, info = env.step("1e100000000")
+    assert reward == 0.0 and info["action_is_valid"]
+
+
+def test_many_wrong_answers_neither_overflow_nor_grow_the_observation():
+    # 1 / 2**1024 raised OverflowError; the list of every answer tried grew each step's text
+    env = gym.make("Ragen/MetaMathQA-v0", max_attempts=2000, answer_check="normalized")
+    env.reset(seed=0, options={"problem": PROBLEM})
+    sizes = []
+    for k in range(1500):
+        obs, _, _, _, _ = env.step(str(10_000 + k))
+        sizes.append(len(obs))
+    assert abs(sizes[-1] - sizes[100]) <= 2 and "1490 more, then" in obs  # digits of the counts only
+    _, reward, terminated, _, info = env.step("18")
+    assert terminated and info["success"] and reward == 0.0
