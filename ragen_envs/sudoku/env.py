@@ -13,11 +13,14 @@ Anything else is invalid: nothing changes, reward 0.
 
 Reward: ``correct_reward`` (1) for a number that fills an empty cell with the solution's number;
 ``mistake_penalty`` (-0.1) for a placement the rules refuse (a fixed cell, a clash with the row, column
-or box, a number out of range), which changes nothing; 0 for a number that breaks no rule but is not
+or box, a number out of range), which changes nothing, and for a number that breaks no rule but is not
 the solution's (it is placed, and may be overwritten later); ``solved_bonus`` (10) when the grid is
 complete. A cell holding its solution's number is locked. So the total is at most the empty cells plus
 the bonus, and only right numbers earn it. (RAGEN pays 0.5 for a legal wrong number, which a policy
-could collect again and again by rewriting one cell: a departure on purpose.)
+could collect again and again by rewriting one cell: a departure on purpose.) Every placement's reward
+says whether it was right, so trial and error over a cell's candidates is a strategy; each wrong try
+costs the penalty and a turn of ``max_steps``, so it earns less than placing the right number, and the
+audit (``benchmarks/reward_audit.py``) measures it below the solver.
 
 Termination: terminated when the grid is solved; truncated after ``max_steps`` (81) actions.
 
@@ -39,11 +42,14 @@ import numpy as np
 from ragen_envs.base import TextEnv, check_positive_int
 from ragen_envs.sudoku.puzzles import box_side, candidates, generate
 
-FORMATS = [re.compile(p) for p in (
-    r"place\s+(?P<n>\d+)\s+at\s+row\s+(?P<r>\d+)\s*,?\s*col(?:umn)?\s+(?P<c>\d+)",
-    r"place\s+(?P<n>\d+)\s+at\s+\(?\s*(?P<r>\d+)\s*,\s*(?P<c>\d+)\s*\)?",
-    r"(?P<n>\d+)\s+at\s+\(?\s*(?P<r>\d+)\s*,\s*(?P<c>\d+)\s*\)?",
-    r"\(?\s*(?P<r>\d+)\s*,\s*(?P<c>\d+)\s*,\s*(?P<n>\d+)\s*\)?",
+# A number has at most 4 digits: int() of a 4,301-digit numeral raises (Python's digit limit), and no
+# grid is that big; a longer one is no placement.
+N = r"\d{1,4}"
+FORMATS = [re.compile(p.replace("NUM", N)) for p in (
+    r"place\s+(?P<n>NUM)\s+at\s+row\s+(?P<r>NUM)\s*,?\s*col(?:umn)?\s+(?P<c>NUM)",
+    r"place\s+(?P<n>NUM)\s+at\s+\(?\s*(?P<r>NUM)\s*,\s*(?P<c>NUM)\s*\)?",
+    r"(?P<n>NUM)\s+at\s+\(?\s*(?P<r>NUM)\s*,\s*(?P<c>NUM)\s*\)?",
+    r"\(?\s*(?P<r>NUM)\s*,\s*(?P<c>NUM)\s*,\s*(?P<n>NUM)\s*\)?",
 )]
 
 
@@ -94,7 +100,7 @@ class SudokuEnv(TextEnv):
         self.grid[row, col] = number
         if number != self.solution[row, col]:
             self.feedback = f"Placed {number} at row {row + 1} col {col + 1}: it breaks no rule yet, but it is wrong."
-            return 0.0, False, True
+            return self.mistake_penalty, False, True
         self.feedback = f"Placed {number} at row {row + 1} col {col + 1}: right."
         if self._is_success():
             self.feedback += " The grid is solved."

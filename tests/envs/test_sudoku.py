@@ -50,9 +50,11 @@ def test_rewards_pay_only_right_numbers_once():
     obs, reward, _, _, info = env.step(f"place {clash} at row {r + 1} col {c + 1}")
     assert reward == pytest.approx(-0.1) and "clashes with" in obs and "numbers that fit there" in obs
     assert env.unwrapped.grid[r, c] == 0 and not info["action_is_effective"]
-    if legal_wrong:  # a legal but wrong number is placed, earns nothing, and can be rewritten for nothing
-        for _ in range(3):
-            assert env.step(f"{r + 1},{c + 1},{legal_wrong[0]}")[1] == 0
+    assert legal_wrong  # seed 4's first open cell has a legal wrong number
+    # a legal but wrong number is placed and costs the penalty, each time: trial and error is not free
+    for _ in range(3):
+        obs, reward, _, _, info = env.step(f"{r + 1},{c + 1},{legal_wrong[0]}")
+        assert reward == pytest.approx(-0.1) and "it is wrong" in obs and info["action_is_effective"]
     assert env.step(f"{r + 1},{c + 1},{right}")[1] == pytest.approx(1.0)
     obs, reward, *_ = env.step(f"{r + 1},{c + 1},{right}")  # locked once right: nothing more to collect
     assert reward == pytest.approx(-0.1) and "already holds its right number" in obs
@@ -84,3 +86,12 @@ def test_the_oracle_reasoning_follows_the_grid():
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         gym.make("Ragen/Sudoku-v0", **kwargs)
+
+
+@pytest.mark.parametrize("digits", [5, 4301, 100_000])
+def test_a_huge_number_is_no_placement_and_never_raises(digits):
+    # int() of a 4,301-digit numeral raised ValueError out of env.step
+    env = gym.make("Ragen/Sudoku-v0")
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(f"1,1,{'9' * digits}")
+    assert reward == 0.0 and not info["action_is_valid"]
