@@ -16,7 +16,9 @@ which answers. Other text, by ``invalid_action``:
 Empty text, control characters and text over 10,000 characters are invalid actions either way.
 
 Reward: ``search`` 0; ``finish`` 1 on an exact match with the gold answer, else the token F1 when it
-is at least 0.3, else 0 (HotpotQA's answer normalisation, ``scoring.py``). Success, by ``success``:
+is at least 0.3, else 0 (HotpotQA's answer normalisation, ``scoring.py``); an answer that names another
+option of a question that offers two ("..., Estonia or Latvia?") scores 0, so hedging with both never pays
+(RAGEN's F1 pays it 0.67: a departure on purpose). Success, by ``success``:
 ``"ragen"`` (default) a reward above 0 (an exact match or F1 >= 0.3), ``"exact"`` an exact match.
 
 Termination: an answer ends the episode; it is truncated after ``max_steps`` (default 10).
@@ -147,7 +149,7 @@ class SearchQAEnv(TextEnv):
         verb, argument = action
         if verb in ("finish", "answer"):
             self.answer = argument if verb == "finish" else extract_answer(argument)
-            self.reward = reward(self.answer, self.question.answer)
+            self.reward = reward(self.answer, self.question.answer, question=self.question.question)
             return self.reward, True, True
         self.queries.append(argument)
         try:

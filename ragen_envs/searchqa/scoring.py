@@ -1,6 +1,7 @@
 """Answer scoring as in HotpotQA's evaluation (and RAGEN's SearchQA): normalise (lower case, no
 punctuation, no articles, single spaces), then exact match and token F1 (0 when either side is yes, no
-or noanswer and they differ); and RAGEN's reading of an answer from a reply that did not use
+or noanswer and they differ); an answer naming both options of a "..., A or B?" question scores 0
+(a departure from RAGEN, whose F1 pays that hedge); and RAGEN's reading of an answer from a reply that did not use
 finish[...]."""
 
 from __future__ import annotations
@@ -36,10 +37,31 @@ def f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def reward(prediction: str, gold: str, min_f1: float = 0.3) -> float:
-    """1 on exact match, else the token F1 when it reaches ``min_f1``, else 0."""
+# A question that offers options ends "..., Estonia or Latvia?"
+OPTIONS = re.compile(r",\s*([^,?]+?)\s+or\s+([^,?]+?)\s*\?\s*$")
+
+
+def options(question: str) -> tuple[str, ...]:
+    """The options a question offers ("Which is larger, Estonia or Latvia?": Estonia, Latvia), or ()."""
+    match = OPTIONS.search(question)
+    return match.groups() if match else ()
+
+
+def hedges(prediction: str, gold: str, question: str) -> bool:
+    """Whether the answer names an option of the question other than the gold one ("Estonia Latvia"
+    for Estonia): F1 would pay the hedge 0.67, more than a guess earns on average."""
+    said, right = set(normalise(prediction).split()), set(normalise(gold).split())
+    return any(words and words <= said and not words <= right
+               for words in (set(normalise(o).split()) for o in options(question)))
+
+
+def reward(prediction: str, gold: str, min_f1: float = 0.3, question: str = "") -> float:
+    """1 on exact match, else the token F1 when it reaches ``min_f1``, else 0; 0 for an answer that
+    names an option of ``question`` other than the gold one (a hedge)."""
     if exact_match(prediction, gold):
         return 1.0
+    if hedges(prediction, gold, question):
+        return 0.0
     score = f1(prediction, gold)
     return score if score >= min_f1 else 0.0
 

@@ -217,3 +217,27 @@ def test_the_hub_source_is_hotpotqa(monkeypatch):
     gym.make("Ragen/SearchQA-v0", dataset="hub", split="validation")
     assert calls == [(("hotpotqa/hotpot_qa", "distractor"), "validation")]
     data.load_hub.cache_clear()
+
+
+@pytest.mark.parametrize("answer, paid", [
+    ("Estonia", 1.0), ("Estonia Latvia", 0.0), ("Latvia, Estonia", 0.0), ("both Estonia and Latvia", 0.0),
+    ("Latvia", 0.0)])
+def test_naming_both_options_of_a_comparison_pays_nothing(answer, paid):
+    question = "Which has the larger population, Estonia or Latvia?"
+    assert reward(answer, "Estonia", question=question) == paid
+
+
+def test_the_hedge_earns_nothing_on_the_builtin_comparisons():
+    # finish[A B] on "..., A or B?" earned 0.59 reward and 0.99 success with no search
+    from ragen_envs.searchqa.scoring import options
+
+    env = gym.make("Ragen/SearchQA-v0")
+    source = env.unwrapped.source
+    asked = [source[i] for i in range(len(source)) if options(source[i].question)][:50]
+    assert len(asked) == 50
+    for q in asked:
+        env.reset(options={"question": {"question": q.question, "answer": q.answer}})
+        _, paid, _, _, info = env.step(f"finish[{' '.join(options(q.question))}]")
+        assert paid == 0.0 and not info["success"]
+        env.reset(options={"question": {"question": q.question, "answer": q.answer}})
+        assert env.step(f"finish[{q.answer}]")[1] == 1.0
