@@ -4,7 +4,10 @@
 
 - An attribute matches when it fuzzily matches one of the product's attributes (token-set ratio
   above 85) or appears in its title, features or description.
-- An option matches when it fuzzily matches one of the chosen option values (ratio above 85).
+- An option matches when it is one of the chosen option values, up to case, punctuation and how a
+  number is written (``8.0 fl. oz`` is ``8 fl oz``). WebShop's fuzzy ratio (above 85) takes "1 fl oz"
+  for "8 fl oz", "pack of 1" for "pack of 12" and "x-large" for "xx-large", so a policy could buy the
+  wrong size: a departure on purpose (goal options are values the product offers, written alike).
 - ``r_type`` checks the product is the kind asked for: the share of the goal type's words found in
   the product's title decides (1 when enough, 0.5 without query, category or title agreement, 0.1
   below a tenth, 0 for none). WebShop parses nouns with spaCy; the goal type here is its noun phrase.
@@ -63,8 +66,16 @@ def attribute_matches(product: Product, goal: Goal) -> int:
                for g in goal.attributes)
 
 
+def _option_words(text: str) -> list:
+    return [float(w) if w[0].isdigit() else w for w in re.findall(r"\d+(?:\.\d+)?|[a-z]+", text.lower())]
+
+
+def option_match(chosen: str, wanted: str) -> bool:
+    return _option_words(chosen) == _option_words(wanted)
+
+
 def option_matches(chosen: list[str], goal: Goal) -> int:
-    return sum(any(token_set_ratio(c, g) > THRESHOLD for c in chosen) for g in goal.options)
+    return sum(any(option_match(c, g) for c in chosen) for g in goal.options)
 
 
 def reward(product: Product, chosen: list[str], goal: Goal) -> dict:

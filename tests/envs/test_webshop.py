@@ -10,7 +10,7 @@ import pytest
 import ragen_envs  # noqa: F401
 from ragen_envs.webshop import catalog
 from ragen_envs.webshop.catalog import Goal, Product
-from ragen_envs.webshop.reward import reward, token_set_ratio
+from ragen_envs.webshop.reward import option_match, reward, token_set_ratio
 
 SHOE = Product("B0SHOE0001", "Clothing › Shoes › Running Shoes", "running shoes",
                "Northpeak Non Slip Lightweight Running Shoes for men", 49.99, ("non slip", "lightweight", "breathable"),
@@ -210,3 +210,21 @@ def test_ragens_goal_ranges_over_the_seed_42_shuffle(tmp_path):
         env = gym.make("Ragen/WebShop-v0", dataset=str(tmp_path), split=split)
         env.reset(seed=seed)
         assert env.unwrapped.goal.instruction.startswith(f"goal {order[index]},")
+
+
+@pytest.mark.parametrize("chosen, wanted, match", [
+    ("8 fl oz", "8 fl oz", True), ("8.0 fl oz", "8 fl oz", True), ("1 fl oz", "8 fl oz", False),
+    ("pack of 1", "pack of 12", False), ("pack of 12", "pack of 12", True), ("black", "Black", True),
+    ("x-large", "xx-large", False), ("X-Large", "x large", True), ("8 fl. oz", "8 fl oz", True), ("9", "10", False),
+])
+def test_options_with_numbers_match_only_the_same_numbers(chosen, wanted, match):
+    # WebShop's fuzzy ratio took "1 fl oz" for "8 fl oz": the wrong size succeeded on 65 % of such goals
+    assert option_match(chosen, wanted) is match
+
+
+def test_no_other_value_of_a_generated_option_group_matches():
+    env = gym.make("Ragen/WebShop-v0")
+    groups = {tuple(values) for p in env.unwrapped.products for values in p.options.values()}
+    for values in groups:
+        for a in values:
+            assert [b for b in values if option_match(a, b)] == [a]
