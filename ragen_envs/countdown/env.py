@@ -3,27 +3,33 @@
 Observation: ``Target: 24, nums: [3, 8, 1]`` (text).
 
 Action: an arithmetic expression that uses each given number exactly once, e.g. ``(8 - 1 - 3) * 6``.
-Model text is never ``eval``-ed.
+Model text is never ``eval``-ed: both checks read it with ``ast`` and compute only + - * / over integer
+literals, in exact fractions (``expression.arithmetic``), so no answer costs more than milliseconds.
 
 Reward and validity, by ``answer_check``:
 - ``"ragen"`` (default, RAGEN's rule, ``ragen_rule.py``): any text is an answer (but empty text, control
   characters or over 10,000 characters: an invalid action, as in every env here). 0 unless the
-  integers in it are exactly the given numbers; then 1 when it evaluates (as a Python expression) to
-  the target, else 0.1, also when it does not evaluate (``(5-3) × 2``, ``3 5 2``). ``2+5-3 = 4`` scores 0
-  (it names a 4); ``-3+5+2`` scores 1.
+  integers in it are exactly the given numbers; then 1 when it is arithmetic on them (decimal integer
+  literals, + - * /, parentheses, signs as in ``-3+5+2``) whose value is within 1e-5 of the target,
+  0.1 when such arithmetic misses or divides by zero, 0.1 when Python cannot parse it (``(5-3) × 2``,
+  ``3 5 2``), and 0 when Python parses it as anything else (``True``, names, ``%``, ``**``, ``3_5``,
+  ``2*3.5``, strings, calls, a number in a comment): a documented departure from RAGEN, whose ``eval``
+  pays such tricks (``True`` holds no digit: ``(3+5+2)*False + (True<<True)`` is 2, and any target is
+  built so). ``2+5-3 = 4`` scores 0 (it names a 4).
 - ``"strict"``: only an expression over integers with + - * / and parentheses is an answer (``×``,
-  ``÷`` and a trailing ``= 24`` are accepted; words, calls, powers, unary minus are invalid actions
-  that change nothing); read with ``ast`` and evaluated in exact fractions (``expression.py``). 1 when
-  it equals the target and uses exactly the given numbers, 0.1 when it uses them but misses, else 0.
+  ``÷`` and a trailing ``= 24`` are accepted; words, calls, powers, unary minus, over 200 characters
+  are invalid actions that change nothing). 1 when it equals the target and uses exactly the given
+  numbers, 0.1 when it uses them but misses, else 0.
 
 Termination: the first answer ends the episode (a single-answer task); an invalid action changes
-nothing (reward 0); the episode is truncated after ``max_steps`` calls (default 3).
+nothing (reward 0); the episode is truncated after ``max_steps`` calls (default 3). Steps after the end
+are the base class's (``ragen_envs/base.py``): nothing applied, reward 0.
 
 Arguments:
 - ``dataset``: ``"builtin"`` (default: generated offline, always solvable; with ``operators="+-"``, the
   default, signed sums as in RAGEN's data), a .jsonl/.json/.parquet file, a list of records, or ``"hub"``
   (``Jiayi-Pan/Countdown-Tasks-3to4``) / ``"hub:OWNER/NAME"``; records have the fields ``target`` and
-  ``nums`` (``ragen_envs/data.py``).
+  ``nums`` (``ragen_envs/data.py``): 1 to 6 numbers from 0 to 10**9, a target within +-10**9.
 - ``selection``: of a dataset's records, ``"ragen"`` (default) keeps RAGEN's: the first ``max_instances``
   (20,000), then those solvable with + and - alone, and a reset with seed s plays item ``s % len``;
   ``"all"`` keeps every record and draws one from the env's generator.
@@ -33,7 +39,10 @@ Arguments:
 - ``answer_check`` (above), ``max_steps=3``, ``render_mode`` (``"ansi"`` or None).
 
 ``reset(seed=s)`` picks the task from ``s``; ``reset(options={"task": {"target": 24, "nums": [...]}})``
-plays a given one. ``oracle_action()`` returns a solving expression (the solver, ``expression.solve``).
+plays a given one, held to a record's bounds (a ValueError otherwise). ``oracle_action()`` returns a
+solving expression: the generator's, else the solver's (``expression.solve``), which searches every
+task of up to 5 numbers to the end and gives up (None) after a bounded search on 6, so no task pins
+a worker for more than a second or two.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from ragen_envs import data
 from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_option, check_positive_int, open_text
 from ragen_envs.countdown import ragen_rule
 from ragen_envs.countdown.expression import Expression, parse, solve
-from ragen_envs.countdown.generator import CountdownConfig, CountdownTask, generate
+from ragen_envs.countdown.generator import MAX_NUMBERS, MAX_VALUE, CountdownConfig, CountdownTask, generate
 
 HUB_NAME = "Jiayi-Pan/Countdown-Tasks-3to4"
 ANSWER_CHECKS = ("ragen", "strict")
@@ -61,13 +70,30 @@ INSTRUCTIONS = (
 
 
 def to_task(record: dict, where: str = "record") -> CountdownTask:
-    """A task from a record with ``target`` and ``nums``; a ValueError says what is wrong."""
+    """A task from a record with ``target`` and ``nums``; a ValueError says what is wrong. The bounds
+    keep a client's task as cheap as a generated one (the solver, the observation's digits); a
+    negative number could never be written in an answer."""
     target, nums = record["target"], record["nums"]
     if type(target) is not int or not isinstance(nums, (list, tuple)) or not nums \
             or any(type(n) is not int for n in nums):
         raise ValueError(f"{where}: target must be an integer and nums a list of integers, "
-                         f"got target={target!r}, nums={nums!r}")
+                         f"got target={_brief(target)}, nums={_brief(nums)}")
+    if len(nums) > MAX_NUMBERS or abs(target) > MAX_VALUE or any(not 0 <= n <= MAX_VALUE for n in nums):
+        raise ValueError(f"{where}: need 1 to {MAX_NUMBERS} nums from 0 to {MAX_VALUE} and a target within "
+                         f"+-{MAX_VALUE}, got target={_brief(target)}, nums={_brief(nums)}")
     return CountdownTask(target, tuple(nums))
+
+
+def _brief(value) -> str:
+    """``repr(value)`` cut short: a hostile task may hold millions of numbers, or more digits than
+    ``repr`` prints."""
+    if isinstance(value, (list, tuple)) and len(value) > 10:
+        return f"[{', '.join(map(_brief, value[:10]))}, ... ({len(value)} in all)]"
+    try:
+        text = repr(value)
+    except ValueError:  # an int over Python's 4,300-digit limit
+        return f"<{type(value).__name__} too large to print>"
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 class CountdownEnv(TextEnv):

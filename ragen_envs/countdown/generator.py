@@ -13,6 +13,12 @@ from typing import Literal
 
 from ragen_envs.base import check_choices
 
+# Largest number or target (in size) a task may hold: far beyond any puzzle, small enough that the
+# solver's fractions and the observation's digits stay cheap.
+MAX_VALUE = 10**9
+# Most numbers a task may hold: the solver's limit (and the generator's).
+MAX_NUMBERS = 6
+
 
 @dataclass(frozen=True)
 class CountdownConfig:
@@ -26,12 +32,14 @@ class CountdownConfig:
 
     def __post_init__(self):
         check_choices(self)
-        if not 2 <= self.min_numbers <= self.max_numbers <= 6:
-            raise ValueError(f"need 2 <= min_numbers <= max_numbers <= 6, got {self.min_numbers}, {self.max_numbers}")
-        if self.max_number < 2:
-            raise ValueError(f"max_number must be >= 2, got {self.max_number}")
-        if not 1 <= self.min_target <= self.max_target:
-            raise ValueError(f"need 1 <= min_target <= max_target, got {self.min_target}, {self.max_target}")
+        if not 2 <= self.min_numbers <= self.max_numbers <= MAX_NUMBERS:
+            raise ValueError(f"need 2 <= min_numbers <= max_numbers <= {MAX_NUMBERS}, "
+                             f"got {self.min_numbers}, {self.max_numbers}")
+        if not 2 <= self.max_number <= MAX_VALUE:
+            raise ValueError(f"need 2 <= max_number <= {MAX_VALUE}, got {self.max_number}")
+        if not 1 <= self.min_target <= self.max_target <= MAX_VALUE:
+            raise ValueError(f"need 1 <= min_target <= max_target <= {MAX_VALUE}, "
+                             f"got {self.min_target}, {self.max_target}")
 
 
 @dataclass(frozen=True)

@@ -50,18 +50,18 @@ def test_fractions_are_exact():
 
 
 # (answer, RAGEN's reward) for nums [3, 5, 2] and target 4, worked from RAGEN's compute_reward: integers
-# by regex must be the nums (else 0), then Python evaluation within 1e-5 of the target (1), else 0.1
+# by regex must be the nums (else 0), then Python evaluation within 1e-5 of the target (1), else 0.1.
+# The default check pays the same for these: arithmetic, text Python cannot parse, or the wrong integers
 RAGEN_CASES = [
     ("2 + 5 - 3", 1.0), ("-3+5+2", 1.0), ("(2+5)-3", 1.0), (" 5-3+2", 1.0), ("5-3+2\n", 1.0),
     ("2 * (5 - 3) ", 1.0), ("(5 - 3) * 2.0", 0.0),     # 2.0 reads as integers 2 and 0
+    ("+5-3+2", 1.0), ("-(3 - 5) * 2", 1.0),            # signs
     ("2+5-3 = 4", 0.0),             # the 4 is a fifth number
     ("(5-3) × 2", 0.1),             # the right numbers; × is no Python operator
-    ("3 5 2", 0.1), ("5 / 3 * 2", 0.1), ("(5, 3, 2)", 0.1), ("5 - 3 - 2", 0.1), ("x + 5 + 3 + 2", 0.1),
-    ("3 + 5 + 2 = ?", 0.1), ("5 // 3 * 2", 0.1), ("2 ** 3 - 5", 0.1), ("5 % 3 + 2", 1.0),
+    ("3 5 2", 0.1), ("5 / 3 * 2", 0.1), ("5 - 3 - 2", 0.1), ("3 + 5 + 2 = ?", 0.1),
     ("hello", 0.0), ("2 + 5", 0.0), ("2 + 5 - 3 + 3", 0.0), ("٣ + 5 - 2", 0.1),  # \d matches Arabic-Indic digits
     ("5 - 3 + 2 if 3 else 0", 0.0), ("5 - 3 + 2 if 3 else 2", 0.0), ("(5 > 3) * 2 + 2", 0.0),
-    ("(5 > 3) + 3 + 2 - 2", 0.0), ("not 3 + 5 - 2", 0.1), ("5 - 3 << 2", 0.1), ("9" * 5000, 0.0),
-    ("3 ** 5 ** 2", 0.1),
+    ("(5 > 3) + 3 + 2 - 2", 0.0), ("9" * 5000, 0.0), ("(" * 300 + "5-3+2" + ")" * 300, 0.1),
 ]
 
 
@@ -69,6 +69,34 @@ RAGEN_CASES = [
 def test_the_default_check_is_ragens(answer, reward):
     _, r, term, _, info = play(answer, target=4, nums=(3, 5, 2), answer_check="ragen")
     assert (r, term, info["success"]) == (reward, True, reward == 1.0)
+
+
+def test_a_division_by_zero_scores_the_format_credit_as_in_ragen():
+    _, r, *_ = play("5 / (2 - 2)", target=4, nums=(2, 5, 2), answer_check="ragen")
+    assert r == 0.1 == ragen_reference("5 / (2 - 2)", (2, 5, 2), 4)
+
+
+# (answer, nums, target, RAGEN's reward): Python that parses but is no arithmetic on the given numbers.
+# RAGEN's eval pays it; the default check pays 0 (the documented departure in ragen_rule.py)
+DEPARTURES = [
+    ("(3+5+2)*False + (True<<(True+True))", (3, 5, 2), 4, 1.0),  # True/False hold no digits: any target
+    ("5 % 3 + 2", (3, 5, 2), 4, 1.0), ("2 ** (5 - 3)", (3, 5, 2), 4, 1.0), ("5 > 3 - 2", (3, 5, 2), 1, 1.0),
+    ("3_5 + 2", (3, 5, 2), 37, 1.0), ("2*3.5", (2, 3, 5), 7, 1.0),    # numbers not as given
+    ("3 + 5  # 2", (3, 5, 2), 8, 1.0),                                # a number hidden in a comment
+    ("5 - 3 + 2 + 'x'.find('x')", (3, 5, 2), 4, 1.0),                # a method call runs in RAGEN
+    ("x + 5 + 3 + 2", (3, 5, 2), 4, 0.1), ("(5, 3, 2)", (3, 5, 2), 4, 0.1), ("5 // 3 * 2", (3, 5, 2), 4, 0.1),
+    ("2 ** 3 - 5", (3, 5, 2), 4, 0.1), ("not 3 + 5 - 2", (3, 5, 2), 4, 0.1), ("5 - 3 << 2", (3, 5, 2), 4, 0.1),
+    ("3 ** 5 ** 2", (3, 5, 2), 4, 0.1), ("'3' + '5' + '2'", (3, 5, 2), 4, 0.1),
+]
+
+
+@pytest.mark.parametrize("answer, nums, target, ragens", DEPARTURES)
+def test_the_default_check_pays_nothing_for_python_that_is_not_arithmetic(answer, nums, target, ragens):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        assert ragen_reference(answer, nums, target) == ragens  # what RAGEN pays: our own strings, safe
+    _, r, term, _, info = play(answer, target=target, nums=nums, answer_check="ragen")
+    assert (r, term, info["success"]) == (0.0, True, False)
 
 
 def ragen_reference(text, nums, target):
@@ -86,31 +114,29 @@ def ragen_reference(text, nums, target):
         return 0.1
 
 
-def outcome(evaluate, text):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)
-        try:
-            return repr(evaluate(text))
-        except Exception:
-            return "fails"
-
-
-def python_eval(text):
-    return eval(text, {"__builtins__": None}, {})
-
-
-def test_the_ragen_check_agrees_with_python_evaluation_on_random_expressions():
+def plain_arithmetic(text):
+    """True: Python parses ``text`` as integers with + - * /, brackets and signs; False: as other Python;
+    None: it does not parse (checked here apart from the env's evaluator)."""
     import ast
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text.lstrip(" \t"), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd)
+    return all(isinstance(n, allowed) or isinstance(n, ast.Constant) and type(n.value) is int
+               and ast.get_source_segment(text.lstrip(" \t"), n).isdigit()  # not 3_5
+               for n in ast.walk(tree))
 
-    from ragen_envs.countdown.ragen_rule import _evaluate, reward
 
-    def evaluate(text):
-        return _evaluate(ast.parse(text.lstrip(" \t"), mode="eval").body)
+def test_the_default_check_is_ragens_on_arithmetic_and_unparsable_text_and_pays_nothing_for_other_python():
+    from ragen_envs.countdown.ragen_rule import reward
 
     rng = random.Random(0)
     tokens = ["+", "-", "*", "/", "//", "%", "**", "<<", ">>", "&", "|", "^", "==", "<", "and", "or", "not",
-              "(", ")", " ", "-", "~", "if", "else", ",", "[", "]", ".5", "1.", "0"]
-    checked = paid = 0
+              "(", ")", " ", "-", "~", "if", "else", ",", "[", "]", ".5", "1.", "0", "True", "_"]
+    paid = refused = 0
     for _ in range(20_000):
         nums = [rng.randint(1, 9) for _ in range(3)]
         parts = [str(nums[0]), rng.choice("+-*"), str(nums[1]), rng.choice("+-*"), str(nums[2])]
@@ -118,15 +144,20 @@ def test_the_ragen_check_agrees_with_python_evaluation_on_random_expressions():
         for _ in range(rng.randint(0, 4)):
             parts.insert(rng.randint(0, len(parts)), rng.choice(tokens))
         text = " ".join(parts) if rng.random() < 0.5 else "".join(parts)
+        if text.count("**") > 1:  # (9 ** 9 ** 9 would take Python minutes)
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
             expected = ragen_reference(text, nums, target)
-        assert reward(text, nums, target) == expected, text
-        if text.count("**") < 2:  # (9 ** 9 ** 9 would take Python minutes)
-            assert outcome(evaluate, text) == outcome(python_eval, text), text
-        checked += 1
-        paid += expected == 1.0
-    assert paid > 200  # solved ones too
+        kind = plain_arithmetic(text)
+        ours = reward(text, nums, target)
+        if kind is False:
+            assert ours == 0.0, text
+            refused += expected > 0
+        else:
+            assert ours == expected, text
+            paid += expected == 1.0
+    assert paid > 200 and refused > 200  # solved ones too, and tricks RAGEN pays
 
 
 def test_ragens_data_keeps_the_first_records_solvable_with_plus_and_minus_and_picks_seed_mod_n():
@@ -196,3 +227,86 @@ def test_records_from_a_list_and_bad_records_fail_at_construction():
         gym.make("Ragen/Countdown-v0", dataset=[{"target": 10, "numbers": [2, 5]}])
     with pytest.raises(ValueError, match="integer"):
         gym.make("Ragen/Countdown-v0", dataset=[{"target": "10", "nums": [2, 5]}])
+
+
+# Answers that made RAGEN's eval (and this env's first evaluator) build huge values or recurse deep
+W = "(True<<(" + "+".join(["True"] * 31) + "))"  # 2**31, built without a digit
+HOSTILE = [
+    f"'%*s' % ({W}, '') and 5 - 3 + 2",   # the red team's memory bomb: %-formatting 2 GB, then the target
+    "'x' * (True << 40) and 5 - 3 + 2", "9**9**9 + 3 + 5 + 2", "3 ** 5 ** 2 ** 9",
+    "(" * 4990 + "5-3+2" + ")" * 4990, "-" * 9990 + "5-3+2", "+-" * 4990 + "5-3+2", "~" * 9990 + "5-3+2",
+    "9" * 4000, "9" * 4400 + " + 5 - 3 + 2", "1e100000", "5 - 3 + 2 + 1e100000", "[5, 3, 2] * (True << 60)",
+    "*".join(["99999"] * 1000), "(5 - 3 + 2" + " * 9" * 2000 + ")", "5/3/2" * 1000, "\n".join(["5-3+2"] * 900),
+    "9" * 99 + " * " + "9" * 99,
+]
+
+
+@pytest.mark.parametrize("answer_check", ["ragen", "strict"])
+def test_hostile_answers_are_scored_at_once_and_never_raise(answer_check):
+    import time
+
+    env = gym.make("Ragen/Countdown-v0", answer_check=answer_check)
+    for answer in HOSTILE:
+        env.reset(seed=0, options={"task": {"target": 4, "nums": [3, 5, 2]}})
+        start = time.perf_counter()
+        _, r, *_ = env.step(answer)
+        assert time.perf_counter() - start < 1.0, answer[:60]  # generous: each takes microseconds
+        assert r in (0.0, 0.1), answer[:60]
+
+
+@pytest.mark.parametrize("answer_check", ["ragen", "strict"])
+def test_step_never_raises_on_any_string(answer_check):
+    rng = random.Random(1)
+    pieces = ["3", "5", "2", "0", "+", "-", "*", "/", "**", "%", "<<", "(", ")", "[", "]", "{", "}", ",", ".",
+              "_", "'", '"', "#", " ", "\n", "\t", "\\", "True", "x", "lambda", ":", "=", "×", "٣", "\x00",
+              "\ud800", "\U0001f600", "if", "else", "f'{", "e9", "0x", "j", "@", "!", "?", "`", "$"]
+    env = gym.make("Ragen/Countdown-v0", answer_check=answer_check)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        env.reset(seed=0, options={"task": {"target": 4, "nums": [3, 5, 2]}})
+        _, r, *_ = env.step(text)
+        assert r in (0.0, 0.1, 1.0)
+    for action in (None, 7, b"5-3+2", ["5-3+2"]):
+        env.reset(seed=0, options={"task": {"target": 4, "nums": [3, 5, 2]}})
+        assert env.step(action)[1:3] == (0.0, False)
+
+
+@pytest.mark.parametrize("answer_check", ["ragen", "strict"])
+def test_steps_after_the_end_pay_nothing(answer_check):
+    env = gym.make("Ragen/Countdown-v0", answer_check=answer_check)
+    env.reset(seed=0, options={"task": {"target": 4, "nums": [3, 5, 2]}})
+    assert env.step("5 - 3 + 2")[1:3] == (1.0, True)
+    assert env.step("5 - 3 + 2")[1:3] == (0.0, True)  # terminated
+    env.reset(seed=0, options={"task": {"target": 4, "nums": [3, 5, 2]}})
+    for _ in range(3):
+        _, r, terminated, truncated, _ = env.step("\x00")
+    assert (r, terminated, truncated) == (0.0, False, True)
+    assert env.step("5 - 3 + 2")[1:4] == (0.0, False, True)  # truncated
+
+
+@pytest.mark.parametrize("task", [
+    {"target": 24, "nums": [1, 2, 3, 4, 5, 6, 7]},           # more numbers than the solver takes
+    {"target": 24, "nums": [10**10, 2]}, {"target": 10**10, "nums": [3, 5]},
+    {"target": 24, "nums": [2 ** 20_000, 3]},                  # more digits than Python prints
+    {"target": 1, "nums": [-3, 4]},                            # no answer can write a -3
+    {"target": 24, "nums": list(range(100_000))},
+])
+def test_reset_refuses_a_client_task_beyond_a_records_bounds(task):
+    env = gym.make("Ragen/Countdown-v0")
+    with pytest.raises(ValueError, match="need 1 to 6 nums from 0 to 1000000000"):
+        env.reset(options={"task": task})
+
+
+def test_the_solver_gives_up_after_a_bounded_search(monkeypatch):
+    from ragen_envs.countdown import expression
+
+    six = [97, 89, 83, 79, 73, 71]
+    late = 97 * 89 * 83 * 79 + 73 + 71  # found after some 10,000 search steps
+    assert solve(six, late, max_steps=10_000) is None
+    assert parse(solve(six, late)).value == late  # within MAX_SOLVE_STEPS
+    assert solve(six, 10**9 - 7, max_steps=10_000) is None  # no solution: the whole search would take 40 s
+    # The env's oracle goes through the bound: the worst client task (6 large numbers) costs no more
+    monkeypatch.setattr(expression, "MAX_SOLVE_STEPS", 10_000)
+    env = gym.make("Ragen/Countdown-v0")
+    env.reset(options={"task": {"target": late, "nums": six}})
+    assert env.unwrapped.oracle_action() is None
