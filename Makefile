@@ -13,7 +13,7 @@ VLLM := $(VLLM_VENV)/.vllm-installed
 export SDL_VIDEODRIVER ?= dummy
 export SDL_AUDIODRIVER ?= dummy
 
-.PHONY: demo demo-smollm2 oracle-demo test system-packages test-vllm lint bench clean
+.PHONY: demo demo-smollm2 oracle-demo test system-packages test-vllm lint bench fuzz audit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,13 @@ bench: $(DEV)
 	$(PY) benchmarks/env_throughput.py
 	$(PY) benchmarks/rollout_throughput.py
 	$(PY) benchmarks/precision.py
+
+# The env contract under hostile text, longer than `make test` runs it; then what degenerate policies
+# earn in every env (benchmarks/README.md keeps the table).
+fuzz: $(DEV) system-packages
+	$(PY) benchmarks/env_fuzz.py --examples 500
+audit: $(DEV) system-packages
+	$(PY) benchmarks/reward_audit.py --markdown
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) demo_out build *.egg-info

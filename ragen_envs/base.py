@@ -12,6 +12,7 @@ remote client, which exposes the same names):
   ``options["transition_seed"] = t`` reseeds the random transitions that follow (FrozenLake's slip),
   so envs reset with one seed share the start and draw their own dynamics; each env documents its
   other options. All randomness comes from ``self.np_random``, never from global state.
+- ``reward_range``: (lowest, highest) reward of one step (0 to 1 unless the env says otherwise).
 - ``step(action)``: ``action`` is a string. A string the env cannot parse (or a non-string) never
   raises: nothing changes, the reward is 0 and ``info["action_is_valid"]`` is False. Every call counts
   towards ``max_steps``; the episode is truncated there.
@@ -63,6 +64,9 @@ class LLMEnv(gym.Env):
     instructions: str = ""
     #: The finite list of valid actions, or None where actions are open text (one per reply).
     valid_actions: list[str] | None = None
+    #: (lowest, highest) reward of any one step, as each env's docstring states it; the fuzzer
+    #: (``benchmarks/env_fuzz.py``) holds every env to it.
+    reward_range: tuple[float, float] = (0.0, 1.0)
 
     def __init__(self, max_steps: int, render_mode: str | None = None):
         check_positive_int("max_steps", max_steps)

@@ -55,6 +55,7 @@ class BanditEnv(TextEnv):
                              f">= 0, got {jackpot} * {jackpot_prob} and {steady_reward}")
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.split, self.steady_reward, self.jackpot, self.jackpot_prob = split, steady_reward, jackpot, jackpot_prob
+        self.reward_range = (0.0, jackpot)  # the checks above make the jackpot the larger payout
         self.arms: list[str] = []
         self.steady = self.risky = ""
         self.pulled: str | None = None

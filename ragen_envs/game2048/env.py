@@ -67,6 +67,8 @@ class Game2048Env(TextEnv):
             raise ValueError(f"two_prob must be in [0, 1], got {two_prob!r}")
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.size, self.target, self.two_prob = size, target, two_prob
+        # merges add up to at most the grid's sum, whose largest tile is 2 ** (cells + 1)
+        self.reward_range = (0.0, 0.1 * np.log2(size * size * 2.0 ** (size * size + 1) + 1))
         self.instructions = (
             f"Play 2048 on a {size}x{size} grid. Each move slides every tile Up, Right, Down or Left; two equal "
             f"tiles that meet merge into their sum, and a new tile (2 or 4) appears after every move that changes "

@@ -92,6 +92,8 @@ class SokobanEnv(GridEnv):
     SYMBOLS = "#_O√XPS"
     ATLAS = _atlas()
     instructions = INSTRUCTIONS
+    # a step pays its penalty plus a box pushed on or off a target, plus the bonus on the last box
+    reward_range = (STEP_PENALTY + BOX_OFF_PENALTY, STEP_PENALTY + BOX_ON_REWARD + SOLVED_REWARD)
 
     def __init__(self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
                  search_depth: int = 300, solver_nodes: int = 8000, observation_format: str = "grid",

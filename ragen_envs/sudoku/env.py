@@ -68,6 +68,7 @@ class SudokuEnv(TextEnv):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.size, self.holes = size, holes
         self.correct_reward, self.mistake_penalty, self.solved_bonus = correct_reward, mistake_penalty, solved_bonus
+        self.reward_range = (mistake_penalty, correct_reward + solved_bonus)
         self.instructions = (
             f"Solve a {size}x{size} Sudoku: every row, column and {box_side(size)}x{box_side(size)} box must hold "
             f"the numbers 1-{size} once each. Fixed cells are shown in [brackets], empty cells as dots. Place one "
