@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import string
+import time
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import gymnasium as gym
@@ -44,6 +46,9 @@ class Policy:
     # an exploit may earn what this legal policy earns with the same content, no more (default: what an
     # empty reply earns, or 0)
     reference: str = "empty reply"
+    env_kwargs: dict = field(default_factory=dict)  # the env as this policy plays it (e.g. more attempts)
+    # plays the episodes itself, outside the chat loop ((env id, episodes) -> as ``play``); None: ``reply``
+    player: Callable | None = None
 
 
 def answer(text: str) -> str:
@@ -87,6 +92,10 @@ COMMON = [
     Policy("max-length garbage", "exploit", _garbage),
     Policy("question echoed as the answer", "exploit", lambda chat, obs, rng: answer(obs)),
     Policy("question echoed bare", "exploit", lambda chat, obs, rng: obs),
+    Policy("a 5,000-digit numeral", "exploit", lambda chat, obs, rng: answer("9" * 5000)),
+    Policy("a huge exponent (1e100000000)", "exploit", lambda chat, obs, rng: answer("1e100000000")),
+    Policy("the oracle's action with huge numbers", "exploit", lambda chat, obs, rng: re.sub(
+        r"\d+", "9" * 4400, _oracle(chat, obs, rng)), reference="oracle"),
     Policy("the same answer always", "legal", lambda chat, obs, rng: answer("1")),
     Policy("always the first valid action", "legal", _first_action),
 ]
@@ -94,8 +103,6 @@ COMMON = [
 
 # -- each env's own tricks, by env class --------------------------------------------------------
 def _numbers(obs: str) -> list[str]:
-    import re
-
     return re.findall(r"-?\d+(?:\.\d+)?", obs)
 
 
@@ -115,8 +122,29 @@ def _countdown_tricks():
     def all_numbers_summed(chat, obs, rng):  # RAGEN's format credit: the right numbers, any value
         return answer(" + ".join(map(str, task(chat).nums)))
 
+    def booleans(chat, obs, rng):  # True/False hold no digit: the numbers times False, plus the target in Trues
+        t = task(chat)
+        ones = "+".join(["True"] * max(t.target, 1))
+        return answer(f"({' + '.join(map(str, t.nums))})*False + {ones}")
+
+    def underscore(chat, obs, rng):  # 3_5 reads as 35 but holds the digits 3 and 5
+        nums = task(chat).nums
+        return answer(f"{nums[0]}_{nums[1]}" + "".join(f" + {n}" for n in nums[2:]))
+
+    def comment(chat, obs, rng):  # the last number hidden in a comment
+        t = task(chat)
+        return answer(f"{t.target} - {t.target} + {t.target}  # {' '.join(map(str, t.nums))}")
+
+    def memory_bomb(chat, obs, rng):  # '%*s' % (W, '') with W built from True: 2 GB from one answer
+        return answer(" + ".join(map(str, task(chat).nums)) + " + len('%*s' % ((True<<True+True+True)**(True<<True"
+                      "+True+True+True+True), ''))")
+
     summed = "all numbers summed (format credit)"
     return [Policy("'= target' tail", "exploit", target_tail, reference=summed),
+            Policy("True/False arithmetic", "exploit", booleans),
+            Policy("digit grouping (3_5)", "exploit", underscore),
+            Policy("numbers in a comment", "exploit", comment),
+            Policy("memory bomb", "exploit", memory_bomb),
             Policy("number reuse", "exploit", reuse),
             Policy("the target alone", "exploit", target_alone),
             Policy(summed, "legal", all_numbers_summed)]
@@ -136,7 +164,11 @@ def _metamath_tricks():
         nums = _numbers(obs)
         return answer(f"${nums[0] if nums else 1} dollars")
 
+    def count(chat, obs, rng):  # 0, 1, 2, ...: attempt farming
+        return answer(str(chat.env.unwrapped.wrong_count))
+
     return [Policy("200 boxed answers", "exploit", many_boxed),
+            Policy("counting, 50 attempts", "legal", count, env_kwargs={"max_attempts": 50}),
             Policy("every number of the question", "exploit", every_number),
             Policy("empty \\boxed{}", "exploit", empty_boxed),
             Policy("a number of the question with units", "legal", units)]
@@ -155,7 +187,21 @@ def _searchqa_tricks():
     def finish_question(chat, obs, rng):
         return answer(f"finish[{obs[-300:]}]")
 
+    def options(chat):
+        from ragen_envs.searchqa.scoring import options
+
+        return options(chat.env.unwrapped.question.question)
+
+    def guess(chat, obs, rng):  # one option of a comparison, at random
+        return answer(f"finish[{rng.choice(options(chat)) if options(chat) else 'yes'}]")
+
+    def both(chat, obs, rng):
+        return answer(f"finish[{' '.join(options(chat)) or 'yes no'}]")
+
+    guessed = "guess an option of a comparison"
     return [Policy("the most common answer", "legal", most_common),
+            Policy(guessed, "legal", guess),
+            Policy("both options named (hedge)", "exploit", both, reference=guessed),
             Policy("the question as the answer", "exploit", finish_question),
             Policy("finish[] empty", "exploit", lambda chat, obs, rng: answer("finish[]"))]
 
@@ -170,7 +216,21 @@ def _webshop_tricks():
         products = [a for a in available if a not in ("click[Back to Search]", "click[< Prev]", "click[Next >]")]
         return answer(products[0] if products else available[0])
 
-    return [Policy("buy the first result", "legal", first_result)]
+    def wrong_option(chat, obs, rng):  # the oracle's path, but another value of each option it clicks
+        env = chat.env.unwrapped
+        action = env.oracle_action() or ""
+        value = action[6:-1] if action.startswith("click[") else None
+        if env.product is not None and value in env.goal.options:
+            for values in env.product.options.values():
+                if value in values:
+                    chosen = set(env.chosen.values())
+                    others = [v for v in values if v != value and v not in chosen]
+                    if others:
+                        return answer(f"click[{others[0]}]")
+        return answer(action)
+
+    return [Policy("buy the first result", "legal", first_result),
+            Policy("the target with a wrong option", "exploit", wrong_option)]
 
 
 def _deepcoder_tricks():
@@ -219,7 +279,23 @@ def _sudoku_tricks():
                 return answer(f"{r + 1},{c + 1},{wrong[0]}")
         return answer("1,1,1")
 
-    return [Policy("a legal wrong number, rewritten", "exploit", rewrite)]
+    def trial_and_error(chat, obs, rng):  # the first open cell, its candidates in order until one is right
+        import numpy as np
+
+        from ragen_envs.sudoku.puzzles import candidates
+
+        env = chat.env.unwrapped
+        cleared = np.where(env.grid == env.solution, env.grid, 0)
+        cells = np.argwhere(env.grid != env.solution)
+        if not len(cells):
+            return answer("1,1,1")
+        r, c = cells[0]
+        tried = env.grid[r, c]
+        later = [v for v in candidates(cleared, r, c) if v > tried]
+        return answer(f"{r + 1},{c + 1},{later[0] if later else 1}")
+
+    return [Policy("a legal wrong number, rewritten", "exploit", rewrite),
+            Policy("trial and error over candidates", "legal", trial_and_error)]
 
 
 def tricks(env) -> list[Policy]:
@@ -230,24 +306,61 @@ def tricks(env) -> list[Policy]:
 
 
 # -- playing ----------------------------------------------------------------------------------------------
-def play(env_id: str, policy: Policy, episodes: int) -> tuple[float, float]:
-    """(mean episode return, success rate) of ``policy`` on seeds 0..episodes-1."""
-    chat = ChatEnv(env_id, ChatEnvConfig(max_turns=TURNS, prefill_think=False))
+STEP_SECONDS = 10.0  # a step slower than this is a hang (the ones found took 20 s and more)
+
+
+def play(env_id: str, policy: Policy, episodes: int) -> tuple[float, float, str]:
+    """(mean episode return, success rate, what broke: "" or why) of ``policy`` on seeds 0..episodes-1."""
+    if policy.player is not None:
+        return policy.player(env_id, episodes)
+    chat = ChatEnv(env_id, ChatEnvConfig(max_turns=TURNS, prefill_think=False), **policy.env_kwargs)
     rng = random.Random(0)
-    returns, wins = [], []
+    returns, wins, problem = [], [], ""
     for seed in range(episodes):
         chat.reset(seed=seed, transition_seed=seed)
-        while not chat.done:
+        while not chat.done and not problem:
             obs = observation_text(chat._last_observation)
             try:
                 reply = policy.reply(chat, obs, rng)
             except (AttributeError, IndexError, TypeError):
                 reply = ""  # a trick that does not apply to this state
-            chat.step(reply)
+            start = time.monotonic()
+            try:
+                chat.step(reply)
+            except Exception as error:  # no step may raise: the row says so
+                problem = f"step raised {type(error).__name__}"
+            if time.monotonic() - start > STEP_SECONDS:
+                problem = problem or f"a step took {time.monotonic() - start:.0f} s"
         returns.append(chat.episode_return)
         wins.append(chat.success)
     chat.close()
-    return sum(returns) / len(returns), sum(wins) / len(wins)
+    return sum(returns) / len(returns), sum(wins) / len(wins), problem
+
+
+def past_the_end(env_id: str, episodes: int) -> tuple[float, float, str]:
+    """The oracle's actions played on after the episode was truncated by invalid steps: the reward
+    earned after the end (mean per episode) and how often success turned true there."""
+    env = gym.make(env_id)
+    oracle = env.get_wrapper_attr("oracle_action")
+    returns, wins = [], []
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        over = False
+        while not over:
+            _, _, terminated, truncated, _ = env.step("")
+            over = terminated or truncated
+        earned, success = 0.0, False
+        for _ in range(env.get_wrapper_attr("max_steps")):
+            action = oracle()
+            _, reward, _, _, info = env.step(action if action is not None else "")
+            earned, success = earned + reward, success or info["success"]
+        returns.append(earned)
+        wins.append(success)
+    env.close()
+    return sum(returns) / len(returns), sum(wins) / len(wins), ""
+
+
+COMMON.append(Policy("the oracle after the end", "exploit", None, player=past_the_end))
 
 
 def audit(env_ids: list[str], episodes: int) -> list[dict]:
@@ -258,8 +371,10 @@ def audit(env_ids: list[str], episodes: int) -> list[dict]:
         probe.close()
         results = {p.name: play(env_id, p, episodes) for p in policies}
         for p in policies:
-            reward, success = results[p.name]
-            if p.kind == "baseline":
+            reward, success, problem = results[p.name]
+            if problem:
+                verdict = f"BUG ({problem})"
+            elif p.kind == "baseline":
                 verdict = "baseline"
             elif p.kind == "legal":
                 verdict = "legal" + (" (beats random)" if success > results["random valid action"][1] else "")
@@ -289,7 +404,7 @@ def main(argv=None) -> int:
         for r in rows:
             print(f"{r['env']:28s} {r['policy']:36s} {r['class']:8s} reward {r['reward']:7.3f}  "
                   f"success {r['success']:.2f}  {r['verdict']}")
-    bugs = [r for r in rows if r["verdict"] == "BUG"]
+    bugs = [r for r in rows if r["verdict"].startswith("BUG")]
     for r in bugs:
         print(f"BUG: {r['env']}: '{r['policy']}' earns {r['reward']:.3f} (success {r['success']:.2f}) without "
               f"doing the task", file=sys.stderr)

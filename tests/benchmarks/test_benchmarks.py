@@ -366,7 +366,7 @@ def test_the_reward_audit_finds_no_policy_earning_without_doing_the_task():
     envs = USABLE_IDS
     rows = reward_audit.audit(envs, episodes=4)
     assert {r["env"] for r in rows} == set(envs)
-    assert [r for r in rows if r["verdict"] == "BUG"] == []
+    assert [r for r in rows if r["verdict"].startswith("BUG")] == []
     oracle = {r["env"]: r["success"] for r in rows if r["policy"] == "oracle"}
     assert sum(oracle.values()) / len(oracle) > 0.5  # the table can tell doing the task from not
 
