@@ -250,6 +250,8 @@ def _deepcoder_tricks():
             Policy("patched harness, wrong answer", "exploit", with_entry(patch)),
             Policy("print the input back", "exploit", program("import sys\nprint(sys.stdin.read())")),
             Policy("return None", "legal", with_entry("")),
+            Policy("the same wrong program, 3 attempts", "exploit", with_entry(""), reference="return None",
+                   env_kwargs={"max_attempts": 3}),
             Policy("print a constant (YES)", "legal", program("print('YES')")),
             Policy("return True", "legal", lambda chat, obs, rng: program(
                 f"def {chat.env.unwrapped.problem.entry_point or 'solve'}(*args):\n    return True\nprint('YES')")(
