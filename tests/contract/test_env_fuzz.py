@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import env_params
-from ragen_envs.registry import ENVIRONMENTS
+from ragen_envs.registry import ENVIRONMENTS, ids_in
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import env_fuzz  # noqa: E402
@@ -43,5 +43,5 @@ def test_the_fuzzer_catches_a_step_that_raises_hangs_or_overpays(monkeypatch, ki
     from ragen_envs.countdown import env as countdown
 
     monkeypatch.setattr(countdown.CountdownEnv, "_apply", _broken(kind))
-    problem = env_fuzz.fuzz_one("Ragen/Countdown-v0", {}, examples=50, bounds=env_fuzz.Bounds(step_seconds=0.5))
+    problem = env_fuzz.fuzz_one(ids_in("countdown")[0], {}, examples=50, bounds=env_fuzz.Bounds(step_seconds=0.5))
     assert problem is not None and says in problem
