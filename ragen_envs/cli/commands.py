@@ -271,8 +271,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     sv.add_argument("--env", action="append", default=None, help="an env id to serve; repeat for several")
     from ragen_envs.remote.server import ServerConfig
 
+    allow = {"--allow-host": "allowed_hosts", "--allow-origin": "allowed_origins"}  # repeated, not one list
     cli_args.add_config(sv, ServerConfig, "server",
-                        include={f.name for f in dataclasses.fields(ServerConfig)} - {"envs"})
+                        include={f.name for f in dataclasses.fields(ServerConfig)} - {"envs", *allow.values()})
+    for flag, name in allow.items():
+        cli_args._group(sv, "server").add_argument(  # unset (SUPPRESS): the config's default
+            flag, dest=name, metavar=flag[8:].upper(), action="append", default=argparse.SUPPRESS,
+            help=cli_args.field_comments(ServerConfig)[name].replace("%", "%%") + "; repeat for several")
     sv.set_defaults(func=cmd_serve)
 
     pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")

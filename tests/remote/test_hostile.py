@@ -13,11 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from ragen_envs.remote.server import ServerConfig
-from ragen_envs.remote.server.app import create_app
-from tests.remote.test_server import LiveServer, error
+from ragen_envs.remote.server.app import Guard
+from tests.remote.test_server import LiveServer, app_client, error
 from conftest import DEFAULT, SMOKE
 
 
@@ -53,7 +52,7 @@ def test_chunked_and_nested_bodies_get_the_documented_errors(log):
     with LiveServer(ServerConfig(envs=[SMOKE], max_request_bytes=4096)) as live:
         watch_uvicorn(log)
         chunk = b"x" * 3000
-        request = (b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        request = (b"POST /v1/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                    b"Transfer-Encoding: chunked\r\n\r\n" + (b"%x\r\n%s\r\n" % (len(chunk), chunk)) * 3 + b"0\r\n\r\n")
         reply = raw_http(live.url, request)
         assert reply.startswith(b"HTTP/1.1 413") and b'"code":"too_large"' in reply.replace(b" ", b"")
@@ -74,13 +73,13 @@ def test_chunked_and_nested_bodies_get_the_documented_errors(log):
     ({"render_mode": "human"}, (400, "bad_render_mode")),
 ])
 def test_what_a_session_cannot_be_is_refused(body, expected):
-    with TestClient(create_app(ServerConfig(envs=[SMOKE]))) as c:
+    with app_client() as c:
         assert error(c.post("/v1/sessions", json=body)) == expected
         assert c.post("/v1/sessions", json={"render_mode": "rgb_array"}).status_code == 201
 
 
 def test_websocket_frames_that_are_wrong_get_error_replies(log):
-    with TestClient(create_app(ServerConfig(envs=[SMOKE]))) as c, c.websocket_connect("/ws") as ws:
+    with app_client() as c, c.websocket_connect("/ws") as ws:
         for send, code in [(lambda: ws.send_bytes(b"\x00\x01binary"), "VALIDATION_ERROR"),
                            (lambda: ws.send_text("[" * 5000 + "]" * 5000), "INVALID_JSON"),
                            (lambda: ws.send_text(json.dumps({"type": "reset", "data": {"episode_id": "e" * 10**5}})),
@@ -141,7 +140,7 @@ def test_a_slow_env_does_not_starve_another_env():
 
 
 def test_closed_sessions_give_their_memory_back():
-    with TestClient(create_app(ServerConfig(envs=[SMOKE], max_request_bytes=1 << 20))) as c:
+    with app_client(max_request_bytes=1 << 20) as c:
         def rounds(n):
             for _ in range(n):
                 with c.websocket_connect("/ws") as ws:
@@ -169,9 +168,9 @@ def test_a_client_that_sends_too_slowly_is_disconnected(log):
         host, port = live.url.removeprefix("http://").split(":")
         idle = socket.create_connection((host, int(port)), timeout=30)  # sends nothing
         partial = socket.create_connection((host, int(port)), timeout=30)
-        partial.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\n")  # and never ends its headers
+        partial.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: localhost\r\n")  # and never ends its headers
         body = socket.create_connection((host, int(port)), timeout=30)
-        body.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")  # a body cut short
+        body.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{")  # cut short
         for sock in (idle, partial, body):
             assert sock.recv(1024) == b""  # closed by the server (the 30 s socket timeout would raise instead)
             sock.close()
@@ -182,3 +181,69 @@ def test_a_client_that_sends_too_slowly_is_disconnected(log):
             assert client.post(f"/v1/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
     no_tracebacks(log)
     assert sum("nothing read for" in r.getMessage() for r in log.records) == 3
+
+
+EVIL = "http://evil.example"
+
+
+def ws_reset(live, path: str = "/ws", host: str = "127.0.0.1", origin: str | None = None):
+    """An OpenEnv reset over a WebSocket as a page in a browser opens it: the name in its URL is the Host
+    (a DNS-rebound evil.example reaches this server), its page's Origin. The reply's type, or the status."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    port = int(live.url.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        with connect(f"ws://{host}:{port}{path}", sock=sock, origin=origin) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            return json.loads(ws.recv(timeout=30))["type"]
+    except InvalidStatus as refused:
+        return refused.response.status_code
+
+
+def test_pages_of_other_sites_cannot_drive_the_server(log):
+    rpc = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    with LiveServer(ServerConfig(envs=[SMOKE])) as live:
+        assert ws_reset(live, origin=EVIL) == 403
+        assert ws_reset(live, path=f"/envs/{SMOKE}/ws", origin="null") == 403  # file:// and sandboxed pages
+        assert ws_reset(live, host="evil.example") == 403  # DNS rebinding
+        for headers, code in [({"Origin": EVIL}, "forbidden_origin"), ({"Host": "evil.example"}, "forbidden_host"),
+                              ({"Host": "evil.example:8000", "Origin": "http://evil.example:8000"}, "forbidden_host")]:
+            assert error(httpx.post(f"{live.url}/v1/sessions", headers=headers)) == (403, code)
+            assert error(httpx.post(f"{live.url}/mcp", content=rpc, headers={**headers, "Content-Type":
+                                                                             "application/json"})) == (403, code)
+        # what a page may POST anywhere without asking (no CORS preflight): text/plain, forms
+        for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            for path in ("/mcp", "/v1/sessions"):
+                response = httpx.post(f"{live.url}{path}", content=rpc, headers={"Content-Type": kind})
+                assert error(response) == (415, "unsupported_media_type")
+        assert httpx.get(f"{live.url}/health").json()["sessions"] == 0  # nothing refused opened a session
+        # Clients that are no browser send no Origin; pages of this machine and IP addresses pass.
+        assert ws_reset(live) == ws_reset(live, host="localhost", origin="http://localhost:3000") == "observation"
+        assert httpx.post(f"{live.url}/mcp", content=rpc, headers={"Content-Type": "application/json; charset=utf-8",
+                                                                   "Host": "10.1.2.3:80"}).json()["result"]["tools"]
+    no_tracebacks(log)
+
+
+def test_allow_flags_let_named_hosts_and_origins_in(monkeypatch):
+    import ragen_envs.remote.server.app as app
+    from ragen_envs.cli import main
+
+    seen = []
+    monkeypatch.setattr(app, "serve", seen.append)
+    assert main(["serve", "--env", SMOKE, "--allow-host", "Evil.Example:8000", "--allow-origin", EVIL,
+                 "--allow-origin", "https://app.example:3000/"]) == 0
+    assert seen[0].allowed_hosts == ("evil.example",)
+    assert seen[0].allowed_origins == (EVIL, "https://app.example:3000")
+    with LiveServer(seen[0]) as live:
+        assert ws_reset(live, host="evil.example", origin=EVIL) == "observation"
+        assert ws_reset(live, origin="https://app.example:3000") == "observation"
+        assert ws_reset(live, origin="https://app.example:4000") == 403  # an origin is scheme, name and port
+        assert httpx.post(f"{live.url}/v1/sessions", headers={"Host": "evil.example", "Origin": EVIL}).status_code \
+            == 201
+    with app_client(allowed_hosts=("*",), allowed_origins=("*",)) as c:
+        assert c.get("/health", headers={"Host": "any.example", "Origin": EVIL}).status_code == 200
+    # Bound to every interface, the machine's own name is answered too (remote users add theirs).
+    assert Guard(None, ServerConfig(host="0.0.0.0")).host_ok(socket.gethostname())
+    assert not Guard(None, ServerConfig()).host_ok("evil.example")

@@ -19,7 +19,7 @@ from ragen_envs.registry import REMOTE_ID
 from ragen_envs.remote import RemoteEnv, RemoteEnvError
 from ragen_envs.remote.server import ServerConfig
 from ragen_envs.remote.server.app import create_app, server_config
-from conftest import DEFAULT, SMOKE, SMOKE_KWARGS, USABLE_IDS, ScriptedPolicy
+from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS, ScriptedPolicy
 
 SERVED = USABLE_IDS  # every catalogue env this machine can make
 
@@ -52,8 +52,19 @@ def live():
         yield server
 
 
+class LocalClient(TestClient):
+    """FastAPI's TestClient at localhost, WebSockets too: its own host, "testserver", is no name the
+    server answers to."""
+
+    def __init__(self, app):
+        super().__init__(app, base_url="http://localhost")
+
+    def websocket_connect(self, url: str, *args, **kwargs):
+        return super().websocket_connect("ws://localhost" + url, *args, **kwargs)
+
+
 def app_client(**overrides) -> TestClient:
-    return TestClient(create_app(ServerConfig(**{"envs": [SMOKE], **overrides})))
+    return LocalClient(create_app(ServerConfig(**{"envs": [SMOKE], **overrides})))
 
 
 def play(env, seed: int, steps: int = 12) -> list:
@@ -81,7 +92,7 @@ def same(a, b) -> bool:
 
 @pytest.mark.parametrize("env_id", SERVED)
 def test_a_remote_env_plays_the_local_episode(env_id):
-    with TestClient(create_app(ServerConfig(envs=[env_id]))) as client:
+    with app_client(envs=[env_id]) as client:
         remote = RemoteEnv(client=client)
         local = gym.make(env_id)
         assert remote.observation_space == local.observation_space
@@ -95,8 +106,7 @@ def test_a_remote_env_plays_the_local_episode(env_id):
 
 
 def test_images_cross_the_wire_exactly():
-    with TestClient(create_app(ServerConfig(envs=[DEFAULT],
-                                            env_kwargs={DEFAULT: {"observation_type": "both"}}))) as c:
+    with app_client(envs=[DEFAULT], env_kwargs={DEFAULT: {"observation_type": "both"}}) as c:
         remote = RemoteEnv(client=c, render_mode="rgb_array")
         local = gym.make(DEFAULT, observation_type="both", render_mode="rgb_array")
         (obs, _), (expected, _) = remote.reset(seed=4), local.reset(seed=4)
@@ -208,6 +218,41 @@ def test_openenv_messages_that_are_wrong_get_error_replies():
             assert reply["type"] == "error" and reply["data"]["code"] == code, raw
         ws.send_text(json.dumps({"type": "reset", "data": {"seed": 2}}))
         assert json.loads(ws.receive_text())["type"] == "observation"
+
+
+def test_a_step_past_the_end_pays_nothing_and_says_so_on_every_route():
+    # A question answered with "" until truncated, then rightly: 0 and "the episode is over", on each route.
+    local = gym.make(OPEN_TEXT)
+    local.reset(seed=3)
+    answer, max_steps = local.get_wrapper_attr("oracle_action")(), local.get_wrapper_attr("max_steps")
+    assert local.step(answer)[1] > 0  # the answer pays in a running episode
+    with app_client(envs=[OPEN_TEXT]) as c:
+        sid = c.post("/v1/sessions").json()["session_id"]
+        c.post(f"/v1/sessions/{sid}/reset", json={"seed": 3})
+        assert c.post(f"/v1/sessions/{sid}/call/oracle_action", json={}).json()["result"] == answer
+        actions = [""] * max_steps + [answer]
+        steps = [c.post(f"/v1/sessions/{sid}/step", json={"action": a}).json() for a in actions]
+        assert steps[-2]["truncated"] and not steps[-2]["info"]["episode_over"]
+        assert (steps[-1]["reward"], steps[-1]["truncated"], steps[-1]["info"]["episode_over"]) == (0.0, True, True)
+
+        with c.websocket_connect("/ws") as ws:
+            messages = [{"type": "reset", "data": {"seed": 3}}] + [{"type": "step", "data": {"action": a}}
+                                                                   for a in actions]
+            for message in messages:
+                ws.send_text(json.dumps(message))
+                reply = json.loads(ws.receive_text())["data"]
+        assert reply["reward"] == 0.0 and reply["done"] and reply["observation"]["info"]["episode_over"]
+
+        def tool(name, **arguments):
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+            return c.post("/mcp", json=body).json()["result"]
+
+        sid = tool("reset", seed=3)["structuredContent"]["session_id"]
+        for action in actions:
+            stepped = tool("step", session_id=sid, action=action)
+        data = stepped["structuredContent"]
+        assert (data["reward"], data["truncated"], data["info"]["episode_over"]) == (0.0, True, True)
+        assert "the episode is over" in stepped["content"][0]["text"]
 
 
 def test_a_token_guards_everything_but_health():

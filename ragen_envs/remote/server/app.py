@@ -27,6 +27,12 @@ session run one at a time. Errors are JSON ``{"error": {"code", "message"}}``
 with a 4xx status for the client's mistakes (401 token, 404 unknown session/env/method, 409 step
 before reset, 400 malformed JSON or a value the env refuses, 422 a wrong field). With ``token`` set,
 every request but ``/health`` needs ``Authorization: Bearer TOKEN``.
+
+Against web pages in a browser on the same machine (``Guard``): a Host header that names neither
+loopback, the bind address, this machine (bound to all interfaces) nor ``allowed_hosts`` gets 403
+``forbidden_host`` (DNS rebinding; IP addresses pass), an Origin header of any other host and not in
+``allowed_origins`` 403 ``forbidden_origin`` (a WebSocket is closed before it is accepted: 403), and a
+POST whose Content-Type is not ``application/json`` 415. Clients outside browsers send no Origin.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import asyncio
 import errno
 import gc
 import hmac
+import ipaddress
 import json
 import logging
 import secrets
@@ -44,13 +51,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import gymnasium as gym
 
 from ragen_envs.remote import wire
 from ragen_envs.remote.client import CALLS, surface
 from ragen_envs.remote.server import mcp
-from ragen_envs.remote.server.config import ServerConfig
+from ragen_envs.remote.server.config import ServerConfig, host_name
 from ragen_envs.remote.server.describe import env_metadata, env_schema, server_metadata, server_schema
 
 try:
@@ -211,6 +219,60 @@ def surface_json(sid: str, session: Session) -> dict:
             "action_space": wire.space_to_json(shown["action_space"]), "metadata": wire.encode(shown["metadata"])}
 
 
+class Guard:
+    """ASGI middleware against web pages, as Jupyter's: refuses (403) a Host header the server does not go
+    by (DNS rebinding: a page of evil.example whose name now points here) and a browser's Origin that is
+    not allowed (any page's WebSocket or fetch), and (415) a POST body not declared JSON: a form or
+    text/plain POST is a "simple request" a page sends cross-site without asking (no CORS preflight)."""
+
+    def __init__(self, app, config: ServerConfig):
+        self.app = app
+        self.names = {"localhost", "127.0.0.1", "::1", host_name(config.host), *config.allowed_hosts}
+        if config.host in ("0.0.0.0", "::", ""):  # bound to every interface: its own name too
+            self.names.add(socket.gethostname().lower())
+        self.any_host, self.origins = "*" in config.allowed_hosts, set(config.allowed_origins)
+
+    def host_ok(self, host: str | None) -> bool:
+        name = None if host is None else host_name(host)
+        return host is None or self.any_host or name in self.names or is_ip(name)  # no Host: not a browser
+
+    def origin_ok(self, origin: str | None) -> bool:
+        if origin is None or "*" in self.origins:  # no Origin: not a browser
+            return True
+        name = host_name(urlsplit(origin).netloc) if "://" in origin else None  # "null" (file://, sandbox): none
+        return origin.lower().rstrip("/") in self.origins or name in self.origins or name in self.names \
+            or is_ip(name, loopback=True)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal = None
+        if not self.host_ok(headers.get("host")):
+            refusal = 403, "forbidden_host", (f"Host {headers['host']!r} is not this server's (DNS rebinding?); "
+                                              "start it with --allow-host NAME to answer to that name")
+        elif not self.origin_ok(headers.get("origin")):
+            refusal = 403, "forbidden_origin", (f"pages of {headers['origin']!r} may not use this server; start "
+                                                "it with --allow-origin ORIGIN to let them")
+        elif scope["type"] == "http" and scope["method"] == "POST" and "content-type" in headers \
+                and headers["content-type"].split(";")[0].strip().lower() != "application/json":
+            refusal = 415, "unsupported_media_type", "a POST body is JSON: send Content-Type: application/json"
+        if refusal is None:
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            await receive()  # the connect; a close before accept is a 403 to the handshake
+            return await send({"type": "websocket.close", "code": 1008, "reason": refusal[1]})
+        await error_response(*refusal)(scope, receive, send)
+
+
+def is_ip(name: str | None, loopback: bool = False) -> bool:
+    try:
+        address = ipaddress.ip_address(name or "")
+    except ValueError:
+        return False
+    return address.is_loopback or not loopback
+
+
 class BodyLimit:
     """ASGI middleware: a request body is read whole before the app sees it, and one over ``limit``
     bytes (declared or, when chunked, counted) gets 413 without being kept."""
@@ -290,6 +352,8 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
         if request.url.path != "/health" and not authorized(request.headers):
             return error_response(401, "unauthorized", "missing or wrong token (Authorization: Bearer TOKEN)")
         return await call_next(request)
+
+    app.add_middleware(Guard, config=config)  # added last, so it runs first: before the body is read
 
     @app.exception_handler(ServeError)
     async def serve_error(request, error: ServeError):
@@ -512,6 +576,9 @@ def serve(config: ServerConfig) -> None:
           f"sessions{', token required' if config.token else ''}); Ctrl-C stops")
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.token:
         print(f"warning: serving on {config.host} without a token: anyone who reaches it can run envs")
+    if config.host in ("0.0.0.0", "::", "") and not config.allowed_hosts:
+        print(f"clients may use this machine's IP addresses or its name {socket.gethostname()!r}; for another name "
+              "(a DNS name, a proxy's), add --allow-host NAME")
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     log.addHandler(handler)  # one line per event worth a line (a client that left, a slow one cut off)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from ragen_envs.base import check_positive_int
 from ragen_envs.registry import ENVIRONMENTS, env_for
@@ -27,6 +28,12 @@ class ServerConfig:
     # a client that takes longer than this to send a request's headers, or between two pieces of its body,
     # or to send anything on a new connection, is disconnected (slowloris); idle keep-alive is separate
     read_timeout_s: float = 30.0
+    # Host header names answered besides localhost, the bind host and, bound to all interfaces, this
+    # machine's name; IP addresses always pass (DNS rebinding needs a name); "*": any; others get 403
+    allowed_hosts: tuple[str, ...] = ()
+    # browser pages (Origin header) allowed besides those of an answered host name: "https://app:3000"
+    # or a host name; "*": any; requests without Origin (not from a browser) always pass
+    allowed_origins: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.envs:
@@ -44,5 +51,16 @@ class ServerConfig:
         unknown = set(self.env_kwargs) - set(self.envs)
         if unknown:
             raise ValueError(f"env_kwargs names envs that are not served: {sorted(unknown)}")
+        self.allowed_hosts = tuple(host_name(h) or h for h in self.allowed_hosts)  # "[::1]:80" -> "::1"
+        self.allowed_origins = tuple(o.lower().rstrip("/") for o in self.allowed_origins)
         if self.token is None:
             self.token = os.environ.get(TOKEN_VARIABLE) or None
+
+
+def host_name(netloc: str) -> str | None:
+    """The host of a Host header or an origin's netloc, lower case: "[::1]:8000" -> "::1"; None if malformed."""
+    try:
+        name = urlsplit("//" + netloc).hostname
+    except ValueError:  # "[::1" and the like
+        return None
+    return name.rstrip(".") if name else None
