@@ -445,7 +445,7 @@ def _reap():
             return
 
 
-def run_test(program, test, limits, work, own_namespace, zygote):
+def run_test(program, test, limits, work, own_namespace, zygote, stop_at):
     folder = tempfile.mkdtemp(prefix="t", dir=work)  # a new name: never a path an earlier test planted
     cap = limits["output_chars"] * 4
     limit = limits["value_kb"] << 10  # the largest record: a return value, a judge's call or verdict
@@ -474,7 +474,7 @@ def run_test(program, test, limits, work, own_namespace, zygote):
         os.close(fd)
     caps = {out_r: cap, err_r: cap, **{fd: limit + 4 for fd in (result_r, verdict_r) if fd is not None}}
     pump = Pump(test.get("stdin", "").encode(), stdin_w, caps)
-    deadline = start + limits["wall_seconds"]
+    deadline = min(start + limits["wall_seconds"], stop_at)
     status = None
     while pid is not None and zygote.alive and time.monotonic() < deadline:
         if judge is not None:  # an assert test ends with its judge
@@ -501,7 +501,9 @@ def run_test(program, test, limits, work, own_namespace, zygote):
         return {**out, "status": "killed", "error": "the test broke the sandbox (it killed the process tests start "
                                                     "from); this and later tests fail"}
     if status is None:
-        return {**out, "status": "timeout", "error": f"no result within {limits['wall_seconds']} s"}
+        why = (f"no result within {limits['wall_seconds']} s" if deadline < stop_at else
+               f"the run's {limits['attempt_seconds']} s for all its tests ran out")
+        return {**out, "status": "timeout", "error": why}
     if kind == "assert":
         verdict = _record(pump.buffers[verdict_r]) or {"status": "killed", "error": "the judge ended without a verdict"}
         return {**out, "status": verdict.get("status"), "error": verdict.get("error", "")}
@@ -541,8 +543,15 @@ def main():
     zygote = Zygote()  # before the job is read
     job = json.loads(sys.stdin.read())
     limits = job["limits"]
-    results = [run_test(job["program"], test, limits, limits["work_dir"], own_namespace, zygote)
-               for test in job["tests"]]
+    stop_at = time.monotonic() + limits["attempt_seconds"]
+    results = []
+    for test in job["tests"]:
+        if time.monotonic() >= stop_at:  # a slow or hanging program: the rest are not started
+            results.append({"status": "timeout", "error": f"not run: the run's {limits['attempt_seconds']} s "
+                                                          f"for all its tests ran out"})
+        else:
+            results.append(run_test(job["program"], test, limits, limits["work_dir"], own_namespace, zygote,
+                                    stop_at))
     zygote.sock.close()
     secret = os.read(secret_fd, 256).decode()
     sys.stdout.write(secret + "\n" + json.dumps(results))

@@ -18,7 +18,8 @@ Model code is hostile. The default backend, ``Bubblewrap``, starts ``runner.py``
 - A seccomp filter (``seccomp.py``): no new namespaces, mounts, ptrace, process_vm_*, BPF, keyrings,
   io_uring, perf events, userfaultfd, modules, clocks.
 - Per test, resource limits (CPU seconds, address space, file size, open files, processes), a
-  wall-clock timeout and capped output; what a test leaves running is killed before the next.
+  wall-clock timeout and capped output; what a test leaves running is killed before the next. One
+  wall-clock budget for all tests of a run (``Limits.attempt_seconds``): tests past it are not started.
 - Verdicts the submission cannot forge (``runner.py``): outputs and return values are compared here,
   outside; HumanEval's other asserts are judged by a process that never runs submitted code; the
   result channel carries a per-run secret that no process running submitted code ever holds.
@@ -75,6 +76,7 @@ INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; 
 class Limits:
     cpu_seconds: int = 4  # CPU time per test
     wall_seconds: float = 6.0  # wall-clock time per test
+    attempt_seconds: float = 12.0  # wall-clock time for all tests of one run: a hang cannot cost a step minutes
     memory_mb: int = 512  # address space per test process
     file_mb: int = 16  # largest file a test may write, and the largest value it may return
     open_files: int = 64  # open file descriptors per test process
@@ -126,7 +128,7 @@ class Sandbox:
                 command, work_dir = self._command(Path(host_dir), secret_fd, fds)
                 job = {"program": program, "limits": {**asdict(self.limits), "work_dir": work_dir},
                        "tests": [{**t, "args": encode(t["args"])} if "args" in t else t for t in tests]}
-                budget = len(tests) * (self.limits.wall_seconds + 1.5) + 10
+                budget = self.limits.attempt_seconds + len(tests) * 1.5 + 10  # + each test's start and clean-up
                 try:
                     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                stderr=subprocess.PIPE, start_new_session=True, cwd=host_dir,

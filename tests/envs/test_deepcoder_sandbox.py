@@ -138,6 +138,18 @@ def test_resource_limits_are_reported(box):
     assert runs[0].stdout.split() == [str(FAST.memory_mb), str(FAST.processes)]
 
 
+@needs_sandbox
+def test_a_hanging_program_costs_one_runs_budget_not_every_tests_timeout():
+    # 8 tests of 2 s each would hold a step for 16 s and more; the run stops after its 3 s
+    box = Bubblewrap(Limits(cpu_seconds=1, wall_seconds=2.0, attempt_seconds=3.0))
+    runs = box.run("import time\ntime.sleep(100)", [STDIO] * 8)
+    assert [r.status for r in runs] == ["timeout"] * 8
+    assert "no result within 2.0 s" in runs[0].error and "3.0 s for all its tests ran out" in runs[1].error
+    assert all(r.error.startswith("not run") and r.seconds == 0 for r in runs[2:]), runs[2:]
+    assert [r.stdout for r in box.run("print(input())", [{**STDIO, "stdin": "7"}] * 8)] \
+        == ["7\n"] * 8  # a quick program still runs every test
+
+
 def test_without_bubblewrap_the_env_refuses_unless_the_user_opts_out(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*sandbox='rlimit'"):
