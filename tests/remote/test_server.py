@@ -234,6 +234,7 @@ def test_a_step_past_the_end_pays_nothing_and_says_so_on_every_route():
         steps = [c.post(f"/v1/sessions/{sid}/step", json={"action": a}).json() for a in actions]
         assert steps[-2]["truncated"] and not steps[-2]["info"]["episode_over"]
         assert (steps[-1]["reward"], steps[-1]["truncated"], steps[-1]["info"]["episode_over"]) == (0.0, True, True)
+        assert c.get(f"/v1/sessions/{sid}").json()["step_count"] == max_steps  # the episode's steps only
 
         with c.websocket_connect("/ws") as ws:
             messages = [{"type": "reset", "data": {"seed": 3}}] + [{"type": "step", "data": {"action": a}}
@@ -241,6 +242,8 @@ def test_a_step_past_the_end_pays_nothing_and_says_so_on_every_route():
             for message in messages:
                 ws.send_text(json.dumps(message))
                 reply = json.loads(ws.receive_text())["data"]
+            ws.send_text(json.dumps({"type": "state"}))
+            assert json.loads(ws.receive_text())["data"]["step_count"] == max_steps
         assert reply["reward"] == 0.0 and reply["done"] and reply["observation"]["info"]["episode_over"]
 
         def tool(name, **arguments):
@@ -253,6 +256,7 @@ def test_a_step_past_the_end_pays_nothing_and_says_so_on_every_route():
         data = stepped["structuredContent"]
         assert (data["reward"], data["truncated"], data["info"]["episode_over"]) == (0.0, True, True)
         assert "the episode is over" in stepped["content"][0]["text"]
+        assert tool("state", session_id=sid)["structuredContent"]["step_count"] == max_steps
 
 
 def test_a_token_guards_everything_but_health():

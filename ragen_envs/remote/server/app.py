@@ -97,6 +97,10 @@ class Session:
         self.steps = 0
         self.episode_id: str | None = None
 
+    def stepped(self, info: dict) -> None:
+        """Count a step of the episode: one past its end (info["episode_over"]) is none."""
+        self.steps += not info.get("episode_over", False)
+
 
 class Sessions:
     """The open sessions, their limits, and the thread pool their env calls run on."""
@@ -430,7 +434,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
     async def step(sid: str, body: StepBody):
         session = sessions.get(sid)
         obs, reward, terminated, truncated, info = await sessions.call(session, session.env.step, body.action)
-        session.steps += 1
+        session.stepped(info)
         return {"observation": wire.encode(obs), "reward": float(reward), "terminated": bool(terminated),
                 "truncated": bool(truncated), "info": wire.encode(info)}
 
@@ -551,7 +555,7 @@ async def openenv_reply(sessions: Sessions, sid: str, session: Session, raw: str
             if not isinstance(action, str):
                 return ws_error("VALIDATION_ERROR", f"a step's data is {{\"action\": TEXT}}, got {data!r}")
             obs, reward, terminated, truncated, info = await sessions.call(session, env.step, action)
-            session.steps += 1
+            session.stepped(info)
             reply = openenv_observation(obs, info, float(reward), bool(terminated), bool(truncated))
         elif kind == "state":
             return json.dumps({"type": "state", "data": {"episode_id": session.episode_id,

@@ -128,7 +128,7 @@ async def call(name: str, arguments: dict, app) -> dict:
         if name == "step":
             action = _string(arguments, "action")
             obs, reward, terminated, truncated, info = await sessions.call(session, session.env.step, action)
-            session.steps += 1
+            session.stepped(info)
             ended = " (the episode is over)" if terminated or truncated else ""
             return {"observation": wire.encode(obs), "reward": float(reward), "terminated": bool(terminated),
                     "truncated": bool(truncated), "info": wire.encode(info),
