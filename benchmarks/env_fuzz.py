@@ -37,7 +37,7 @@ import gymnasium as gym
 
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.base import observation_text
-from ragen_envs.registry import ENVIRONMENTS, missing_modules, system_problem
+from ragen_envs.registry import ENVIRONMENTS, usable_ids
 
 # Variants whose scoring differs from the default (keyed by env class: the catalogue alone names ids).
 VARIANTS = {"MetaMathQAEnv": [{"answer_check": "normalized"}, {"max_attempts": 1100}],
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     parser.add_argument("--step-seconds", type=float, default=Bounds.step_seconds)
     parser.add_argument("--step-memory-mb", type=int, default=Bounds.step_memory_mb)
     args = parser.parse_args(argv)
-    env_ids = args.envs or [i for i, e in ENVIRONMENTS.items() if not missing_modules(e) and not system_problem(e)]
+    env_ids = args.envs or usable_ids()
     bounds = Bounds(args.step_seconds, args.step_memory_mb)
     broken = 0
     for env_id, kwargs in targets(env_ids):

@@ -20,6 +20,7 @@ is 1 when any row says BUG.
 from __future__ import annotations
 
 import argparse
+import ast
 import random
 import re
 import string
@@ -33,7 +34,7 @@ import gymnasium as gym
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
 from ragen_envs.base import observation_text
-from ragen_envs.registry import ENVIRONMENTS, missing_modules
+from ragen_envs.registry import usable_ids
 
 TURNS = 5
 
@@ -243,12 +244,24 @@ def _deepcoder_tricks():
             return program(f"{body}\ndef {entry}(*args):\n    return None")(chat, obs, rng)
         return reply
 
+    def lookup_table(chat, obs, rng):
+        # the prompt's examples (`>>> f(2)` then `4`, `f(2) == 4`, `f(2) -> 4`, `f(2) ➞ 4`) as a table
+        entry = chat.env.unwrapped.problem.entry_point
+        table = {}
+        for args, value in re.findall(rf"{entry}\((.*?)\)\s*(?:==|->|=>|➞|⇒|\n\s*)\s*([^\n]+)", obs):
+            try:
+                table[repr(ast.literal_eval(f"({args},)"))] = ast.literal_eval(value.strip().rstrip("."))
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                pass
+        return program(f"TABLE = {table!r}\ndef {entry}(*args):\n    return TABLE.get(repr(args))")(chat, obs, rng)
+
     patch = ("import json, os\njson.dumps = lambda *a, **k: '{\"status\": \"ok\"}'\n_w = os.write\n"
              "os.write = lambda fd, b: _w(fd, b'\\x00\\x00\\x00\\x10{\"status\": \"ok\"}') or len(b)")
     return [Policy("raise SystemExit", "exploit", program("raise SystemExit")),
             Policy("os._exit(0)", "exploit", program("import os\nos._exit(0)")),
             Policy("patched harness, wrong answer", "exploit", with_entry(patch)),
             Policy("print the input back", "exploit", program("import sys\nprint(sys.stdin.read())")),
+            Policy("the prompt's examples as a lookup table", "exploit", lookup_table, reference="return None"),
             Policy("return None", "legal", with_entry("")),
             Policy("the same wrong program, 3 attempts", "exploit", with_entry(""), reference="return None",
                    env_kwargs={"max_attempts": 3}),
@@ -395,7 +408,7 @@ def main(argv=None) -> int:
     parser.add_argument("--envs", nargs="*", help="env ids (default: every catalogue env this machine can make)")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     args = parser.parse_args(argv)
-    env_ids = args.envs or [i for i, e in ENVIRONMENTS.items() if not missing_modules(e)]
+    env_ids = args.envs or usable_ids()
     rows = audit(env_ids, args.episodes)
     if args.markdown:
         print("| env | policy | class | mean reward | success | verdict |\n|---|---|---|---|---|---|")

@@ -187,6 +187,11 @@ def missing_modules(entry: EnvEntry) -> list[str]:
     return [name for name in entry.requires if importlib.util.find_spec(name) is None]
 
 
+def usable_ids() -> list[str]:
+    """The registered ids whose extra is installed and whose system program runs here."""
+    return [e.id for e in ENVIRONMENTS.values() if not missing_modules(e) and not system_problem(e)]
+
+
 def load_class(entry: EnvEntry) -> type:
     """The env class of an entry, after checking its extra is installed."""
     missing = missing_modules(entry)

@@ -14,7 +14,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 from ragen_envs.agent.backends.base import Policy  # noqa: E402
 from ragen_envs.grid import GridEnv  # noqa: E402
-from ragen_envs.registry import ENVIRONMENTS, env_for, load_class, missing_modules, system_problem  # noqa: E402
+from ragen_envs.registry import (ENVIRONMENTS, env_for, load_class, missing_modules,  # noqa: E402
+                                 system_problem, usable_ids)
 
 # The grid games themselves (presets only change their arguments): the grid suite's envs.
 GRID_IDS = [e.id for e in ENVIRONMENTS.values()
@@ -38,7 +39,7 @@ def env_params(ids):
 
 
 # Every catalogue env this machine can make (its extra installed, its system program running).
-USABLE_IDS = [i for i, e in ENVIRONMENTS.items() if not missing_modules(e) and not system_problem(e)]
+USABLE_IDS = usable_ids()
 
 
 @pytest.fixture(params=GRID_IDS)

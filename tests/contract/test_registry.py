@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 from ragen_envs import ENVIRONMENTS, EnvEntry, MissingExtraError
-from ragen_envs.registry import register, type_mismatch
+from ragen_envs.registry import register, type_mismatch, usable_ids
 from conftest import DEFAULT, env_params
 
 
@@ -30,6 +30,21 @@ def test_a_missing_extra_is_named_at_make():
     with pytest.raises(MissingExtraError, match=r'pip install "ragen-envs\[shop\]"'):
         gym.make("RagenTest/NeedsExtra-v0")
     del ENVIRONMENTS["RagenTest/NeedsExtra-v0"]
+
+
+def test_usable_ids_leave_out_what_cannot_run_here():
+    needs_extra = EnvEntry("RagenTest/NeedsModule-v0", "ragen_envs.sokoban:SokobanEnv", "needs a package",
+                           extra="shop", requires=("no_such_module_for_ragen",))
+    needs_program = EnvEntry("RagenTest/NeedsProgram-v0", "ragen_envs.sokoban:SokobanEnv", "needs a program",
+                             system="nothing", system_check="platform:system")  # a non-empty answer: a problem
+    for entry in (needs_extra, needs_program):
+        register(entry)
+    try:
+        usable = usable_ids()
+        assert DEFAULT in usable and needs_extra.id not in usable and needs_program.id not in usable
+    finally:
+        for entry in (needs_extra, needs_program):
+            del ENVIRONMENTS[entry.id]
 
 
 def test_module_prefixed_id():
