@@ -228,6 +228,8 @@ def _webshop_tricks():
                     others = [v for v in values if v != value and v not in chosen]
                     if others:
                         return answer(f"click[{others[0]}]")
+        if action == "click[Buy Now]" and all(v in env.goal.options for v in env.chosen.values()):
+            return ""  # no wrong option could be chosen (a goal without options): not this trick's episode
         return answer(action)
 
     return [Policy("buy the first result", "legal", first_result),
