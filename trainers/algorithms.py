@@ -33,7 +33,8 @@ def group_advantages(returns: torch.Tensor, groups: torch.Tensor, scale: str = "
     for g in groups.unique():
         sel = groups == g
         group = returns64[sel]
-        centred = group - group.mean()
+        # a group of equal returns carries no signal: exactly 0 (a float mean need not give back the value)
+        centred = group - group.mean() if bool((group != group[0]).any()) else torch.zeros_like(group)
         if scale == "group":
             centred = centred / (group.std() + eps) if len(group) > 1 else centred * 0
         adv[sel] = centred
@@ -167,30 +168,39 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
     return {i: (per_trajectory[samples[i].trajectory] * layout.mask(i), None) for i in chosen}
 
 
-def total_loss(config, mask: torch.Tensor, norm: Normalizer, logp: torch.Tensor, entropy: torch.Tensor,
+def loss_terms(config, mask: torch.Tensor, norm: Normalizer, logp: torch.Tensor, entropy: torch.Tensor,
                old_logp: torch.Tensor, advantages: torch.Tensor, ref_logp: torch.Tensor | None = None,
                values: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
-               returns: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """One micro-batch's share of the minibatch loss and its parts, for ``config`` (a ``TrainerConfig``):
-    the clipped policy loss, minus ``entropy_coef`` x entropy, plus ``beta`` x KL to the reference
-    (``ref_logp``) and, with a critic, ``vf_coef`` x the clipped value loss (``values``, ``old_values``,
-    ``returns``). All (B, T-1) tensors, aggregated by ``config.loss_type`` (the value loss per token)."""
+               returns: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """One micro-batch's share of each term of the minibatch loss, weighted as in the loss, and the
+    logged parts, for ``config`` (a ``TrainerConfig``): ``task``, the clipped policy loss; ``entropy``,
+    minus ``entropy_coef`` x entropy (when the coefficient is not 0); ``kl``, ``beta`` x KL to the
+    reference (``ref_logp``; when beta > 0); ``value``, with a critic, ``vf_coef`` x the clipped value
+    loss (``values``, ``old_values``, ``returns``). All (B, T-1) tensors, aggregated by
+    ``config.loss_type`` (the value loss per token). The loss is the terms' sum (``total_loss``)."""
     policy_tok, clipped = clipped_policy_loss(logp, old_logp, advantages, config.epsilon, config.epsilon_high,
                                               config.dual_clip)
-    loss = aggregate(policy_tok, mask, config.loss_type, norm)
-    parts = {"loss/policy": loss.item(), "loss/clip_frac": aggregate(clipped, mask, "dapo", norm).item(),
+    terms = {"task": aggregate(policy_tok, mask, config.loss_type, norm)}
+    parts = {"loss/policy": terms["task"].item(), "loss/clip_frac": aggregate(clipped, mask, "dapo", norm).item(),
              "loss/approx_kl": aggregate(old_logp - logp.detach(), mask, "dapo", norm).item()}
     if config.beta > 0:
         kl = aggregate(kl_k3(logp, ref_logp), mask, config.loss_type, norm)
-        loss = loss + config.beta * kl
+        terms["kl"] = config.beta * kl
         parts["loss/kl"] = kl.item()
     ent = aggregate(entropy, mask, config.loss_type, norm)
     parts["loss/entropy"] = ent.item()
     if config.entropy_coef:
-        loss = loss - config.entropy_coef * ent
+        terms["entropy"] = -config.entropy_coef * ent
     if values is not None and returns is not None:
         vloss = aggregate(clipped_value_loss(values, old_values, returns, config.cliprange_value), mask, "dapo", norm)
-        loss = loss + config.vf_coef * vloss
+        terms["value"] = config.vf_coef * vloss
         parts["loss/value"] = vloss.item()
+    return terms, parts
+
+
+def total_loss(config, *args, **kwargs) -> tuple[torch.Tensor, dict[str, float]]:
+    """The micro-batch's share of the minibatch loss, the sum of its ``loss_terms``, and the parts."""
+    terms, parts = loss_terms(config, *args, **kwargs)
+    loss = sum(terms.values())
     parts["loss/total"] = loss.item()
     return loss, parts

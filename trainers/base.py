@@ -167,6 +167,12 @@ class TrainerBase:
         cfg = self.config
         history = []
         saving = cfg.save_strategy == "steps"
+        if cfg.exit_after_gradient_analysis:  # one probe of the weights as they are, then stop
+            metrics = {**self.iteration_step(), "iteration": self.iteration + 1}
+            if self.rank == 0:
+                print(f"gradient probe of the weights at iteration {self.iteration} written to "
+                      f"{self.output_dir / 'metrics.jsonl'}; nothing trained (--gradient-analysis-only)", flush=True)
+            return [self._log(metrics, print_row=False)]
         if self.iteration >= cfg.num_iterations:
             if self.rank == 0:
                 print(f"{self.output_dir} is at iteration {self.iteration} and num_iterations is "

@@ -19,6 +19,7 @@ ADVANTAGES = ("gae", "group")
 CRITICS = ("separate", "shared")
 SCALES = ("group", "batch", "none")
 PRECISIONS = ("auto", "bf16", "no")
+BUCKET_MODES = ("quantile", "fixed_rv")
 
 # Per algorithm: the defaults of the fields left as None, from RAGEN's main-table runs
 # (scripts/runs/run_main_table_diff_algo.sh over config/base.yaml):
@@ -118,6 +119,20 @@ class TrainerConfig:
     mi_every: int = 5  # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
     mi_first_turn_pairs: int = 64  # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
     mi_trajectory_pairs: int = 64  # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
+    # -- gradient probe: each loss term's gradient norm by reward-variance bucket (trainers/gradient_probe.py) --
+    # probe the kept batch before the update at the first iteration and every this many after (1, 1 + N, ...;
+    # RAGEN's gradient_analysis_every, on there every 50; 0: never); no step, no change to the run
+    gradient_analysis_every: int = 0
+    gradient_analysis_num_buckets: int = 6  # quantile buckets of kept groups by reward std
+    # quantile: equal numbers of groups sorted by reward std | fixed_rv: RAGEN's std intervals [0,1), ..., [5,inf)
+    gradient_analysis_bucket_mode: Literal[BUCKET_MODES] = "quantile"
+    # groups of a separate batch rolled out for the probe only, never trained on (None: the training batch)
+    gradient_analysis_env_groups: int | None = None
+    # that batch's group size (None: the run's; with env_groups None too, the probe uses the training batch)
+    gradient_analysis_group_size: int | None = None
+    # probe this call's first iteration, write its metrics and stop: no update, no checkpoint (RAGEN's
+    # exit_after_gradient_analysis; with --resume it probes a checkpoint)
+    exit_after_gradient_analysis: bool = field(default=False, metadata={"flag": "gradient_analysis_only"})
     # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
     eval_steps: int = 0  # play them before the first iteration, every this many and at the last (0: never)
     eval_episodes: int = 512  # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
@@ -155,6 +170,12 @@ class TrainerConfig:
         for name in ("mi_every", "mi_first_turn_pairs", "mi_trajectory_pairs", "logging_steps", "save_steps",
                      "save_rollouts_steps", "filter_empty_stop", "eval_steps", "eval_temperature"):
             check(name, getattr(self, name) >= 0, ">= 0")
+        check("gradient_analysis_every", self.gradient_analysis_every >= 0, ">= 0")
+        check("gradient_analysis_num_buckets", self.gradient_analysis_num_buckets >= 1, ">= 1")
+        check("gradient_analysis_env_groups", self.gradient_analysis_env_groups is None
+              or self.gradient_analysis_env_groups >= 1, ">= 1 or None")
+        check("gradient_analysis_group_size", self.gradient_analysis_group_size is None
+              or self.gradient_analysis_group_size >= 2, ">= 2 (a reward std needs two samples) or None")
         check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
         for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):
             check(name, getattr(self, name) > 0, "> 0")

@@ -32,51 +32,95 @@ from __future__ import annotations
 import random
 import time
 import warnings
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from ragen_envs.agent.async_rollout import make_runner
 from ragen_envs.agent.backends.base import TokenPrompt
 from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.trajectory import rollout_metrics, save_jsonl
 from trainers import algorithms as alg
-from trainers import mi
+from trainers import gradient_probe, mi
 from trainers.base import TrainerBase
 from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
-from trainers.distributed import all_gather_rows, all_reduce, full_weights, gathered
-from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, scores_for, select
+from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, full_weights, gathered
+from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, scores_for, select
+
+
+@dataclass
+class Prepared:
+    """A rollout batch ready for the losses: laid out, its no-grad statistics, and what the filter kept."""
+    layout: Layout
+    stats: list  # per micro-batch: the no-grad pass's tensors, or None where none was needed yet
+    chosen: list[int]  # this rank's sample indices to train on
+    kept: np.ndarray  # the kept groups, as indices into all ranks' groups
+    returns: np.ndarray  # all ranks' P x G episode returns
+    groups: int  # prompt groups per rank
+
+
+ANALYSIS_SEED_OFFSET = 500_000  # the probe's own batch: env seeds from rollout seed + this
 
 
 class Trainer(TrainerBase):
     """The RL trainer (the module docstring); its arguments are ``TrainerBase``'s."""
 
+    analysis_runner = None  # the gradient probe's own rollouts, when it has a batch of its own
+
     def iteration_step(self) -> dict:
         start = time.perf_counter()
+        cfg = self.config
         metrics: dict[str, float] = {}
         trajectories = self._timed(metrics, "rollout", self._rollout, metrics)
         if self.mi_due():
             self._phase("MI scoring")
             metrics.update(self._timed(metrics, "mi", self.mi_diagnostics, trajectories))
-        samples = [s for i, t in enumerate(trajectories) for s in trajectory_samples(t, i)]
-        layout = Layout.of(samples, self.config.micro_batch_size, self.tokenizer.pad_token_id)
-        stats = self._timed(metrics, "stats", self._stats, trajectories, layout, metrics)
-        chosen, any_kept = self._timed(metrics, "filter", self._filter, trajectories, layout, stats, metrics)
+        batch = self._prepare(trajectories, metrics)
         metrics["time/update_s"] = 0.0
-        if any_kept:
-            if self._needs_old_pass(len(chosen)):  # only the micro-batches that hold kept samples
-                pass_start = time.perf_counter()
-                with gathered(self.scorer, self.sharded):
-                    for b in layout.batches_holding(chosen):
-                        stats[b] = stats[b] or self._old_stats(layout.batches[b])
-                metrics["time/stats_s"] += time.perf_counter() - pass_start
+        advantages = self._advantages(batch, metrics) if len(batch.kept) else {}
+        if self.probe_due():
+            self._phase("gradient probe")
+            metrics.update(self._timed(metrics, "probe", self._probe_of, batch, advantages))
+            if cfg.exit_after_gradient_analysis:
+                metrics["trainer/exited_after_gradient_analysis"] = 1.0
+                return metrics
+        if len(batch.kept):
             self._phase("update")
-            metrics.update(self._timed(metrics, "update", self._update, layout, stats, chosen))
+            metrics.update(self._timed(metrics, "update", self._update, batch.layout, batch.stats, batch.chosen,
+                                       advantages))
             if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
                 self._timed(metrics, "sync", self.rollout_policy.load_weights, full_weights(self.model, self.sharded))
         metrics["time/iteration_s"] = time.perf_counter() - start
-        if "time/mi_s" in metrics:
-            metrics["time/mi_share"] = metrics["time/mi_s"] / metrics["time/iteration_s"]
+        for name in ("mi", "probe"):
+            if f"time/{name}_s" in metrics:
+                metrics[f"time/{name}_share"] = metrics[f"time/{name}_s"] / metrics["time/iteration_s"]
         return metrics
+
+    def probe_due(self) -> bool:
+        """The gradient probe's iterations (``gradient_probe.due``), or this call's first with
+        ``exit_after_gradient_analysis``."""
+        cfg = self.config
+        return cfg.exit_after_gradient_analysis or gradient_probe.due(self.iteration, cfg.gradient_analysis_every)
+
+    def _prepare(self, trajectories, metrics: dict, runner=None) -> "Prepared":
+        """A rollout batch laid out for the losses, its no-grad statistics and what the filter kept."""
+        samples = [s for i, t in enumerate(trajectories) for s in trajectory_samples(t, i)]
+        layout = Layout.of(samples, self.config.micro_batch_size, self.tokenizer.pad_token_id)
+        stats = self._timed(metrics, "stats", self._stats, trajectories, layout, metrics)
+        return self._timed(metrics, "filter", self._filter, trajectories, layout, stats, metrics, runner)
+
+    def _advantages(self, batch: "Prepared", metrics: dict) -> dict:
+        """The kept samples' advantages, after the no-grad pass where the update needs one."""
+        cfg = self.config
+        if self._needs_old_pass(len(batch.chosen)):  # only the micro-batches that hold kept samples
+            pass_start = time.perf_counter()
+            with gathered(self.scorer, self.sharded):
+                for b in batch.layout.batches_holding(batch.chosen):
+                    batch.stats[b] = batch.stats[b] or self._old_stats(batch.layout.batches[b])
+            metrics["time/stats_s"] = metrics.get("time/stats_s", 0.0) + time.perf_counter() - pass_start
+        return alg.advantages(batch.layout, batch.chosen, "gae" if cfg.advantage == "gae" else "group", batch.stats,
+                              cfg.gamma, cfg.lam, cfg.scale_rewards)
 
     # == the phases ===============================================================================
     def _rollout(self, metrics: dict) -> list:
@@ -132,24 +176,101 @@ class Trainer(TrainerBase):
             metrics["policy/token_entropy"] = total / count if count else 0.0
         return stats
 
-    def _filter(self, trajectories, layout: Layout, stats, metrics: dict) -> tuple[list[int], bool]:
-        """(this rank's sample indices to train on, whether any rank kept a group)."""
+    def _filter(self, trajectories, layout: Layout, stats, metrics: dict, runner=None) -> "Prepared":
+        """The batch with this rank's sample indices to train on and the groups any rank kept (of the
+        training runner's batch, or of the probe's own ``runner``, which leaves the run's state be)."""
         cfg = self.config
-        groups = len(self.runner.group_envs)
-        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, cfg.rollout.group_size)
+        training = runner is None
+        runner = runner or self.runner
+        groups = len(runner.group_envs)
+        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, runner.config.group_size)
         # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
         scores = scores_for(cfg.filter_metric, returns, trajectories, layout, stats)
         scores = all_gather_rows(scores[:, None], self.world)[:, 0]
         kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order, cfg.include_zero)
-        metrics.update(filter_stats(all_gather_rows(returns, self.world), kept))
+        all_returns = all_gather_rows(returns, self.world)
+        metrics.update(filter_stats(all_returns, kept))
+        if not training:
+            return self._kept(layout, stats, kept, all_returns, groups)
         self.empty_filter_streak = 0 if len(kept) else self.empty_filter_streak + 1
         metrics["filter/empty_streak"] = float(self.empty_filter_streak)
         if cfg.filter != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
             warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
                           f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "
                           "flat across prompts, so filtering is unlikely to help", stacklevel=2)
+        return self._kept(layout, stats, kept, all_returns, groups)
+
+    def _kept(self, layout: Layout, stats, kept, returns, groups: int) -> "Prepared":
         mine = {int(g) - self.rank * groups for g in kept if self.rank * groups <= g < (self.rank + 1) * groups}
-        return [i for i, s in enumerate(layout.samples) if s.group in mine], bool(len(kept))
+        chosen = [i for i, s in enumerate(layout.samples) if s.group in mine]
+        return Prepared(layout, stats, chosen, np.asarray(kept, dtype=int), returns, groups)
+
+    # == the gradient probe ======================================================================
+    def _probe_of(self, batch: Prepared, advantages: dict) -> dict:
+        """The gradient probe on the iteration's kept batch, or on a batch of its own (rolled out with
+        its own seeds, filtered as the run filters, never trained on) when the config asks for one."""
+        cfg = self.config
+        if cfg.gradient_analysis_env_groups is None and cfg.gradient_analysis_group_size is None:
+            return self._probe(batch, advantages)
+        runner = self._analysis_runner()
+        self.model.eval()
+        with gathered(self.scorer, self.sharded):
+            trajectories = runner.collect(progress=lambda turn, active: self._phase(
+                f"gradient probe: rollout turn {turn + 1}/{cfg.rollout.chat.max_turns}", episodes=active))
+        scratch: dict[str, float] = {}  # the analysis batch's own statistics do not describe the training batch
+        own = self._prepare(trajectories, scratch, runner)
+        return self._probe(own, self._advantages(own, scratch) if len(own.kept) else {})
+
+    def _analysis_runner(self):
+        """The probe's own rollout runner (built once): the run's envs in the run's proportions, its own
+        groups and group size, env seeds far from the training and validation ones."""
+        if self.analysis_runner is None:
+            cfg = self.config
+            mix = self.runner.mix
+            total = cfg.gradient_analysis_env_groups or sum(mix.values())
+            scaled = {env_id: max(1, round(total * n / sum(mix.values()))) for env_id, n in mix.items()}
+            config = replace(cfg.rollout, group_size=cfg.gradient_analysis_group_size or cfg.rollout.group_size,
+                             seed=cfg.rollout.seed + ANALYSIS_SEED_OFFSET + self.rank * RANK_SEED_STRIDE)
+            self.analysis_runner = make_runner(scaled, self.rollout_policy, config)
+        return self.analysis_runner
+
+    def _probe(self, batch: Prepared, advantages: dict) -> dict:
+        """``trainers.gradient_probe``'s metrics on ``batch``: per reward-variance bucket of its kept groups
+        and per loss term, the norm of the term's gradient, with no optimizer step."""
+        cfg = self.config
+        if not len(batch.kept):
+            return {"grad_norm/all/sample_count": 0.0}
+        stds = reward_variance(batch.returns, "std")[batch.kept]
+        mine: dict[int, list[int]] = {}  # a kept group (all-rank index) -> this rank's samples of it
+        for i in batch.chosen:
+            mine.setdefault(self.rank * batch.groups + batch.layout.samples[i].group, []).append(i)
+        total = all_reduce([len(batch.chosen), 0], self.world)[0]
+        policy_params = self.optimizer.param_groups[0]["params"]
+        metrics: dict[str, float] = {}
+        self.model.train()
+        with gradient_probe.rng_kept():
+            split = gradient_probe.buckets(stds, cfg.gradient_analysis_bucket_mode, cfg.gradient_analysis_num_buckets)
+            for name, positions in split.items():
+                indices = [i for g in batch.kept[positions] for i in mine.get(int(g), [])]
+                count, tokens, _ = all_reduce([len(indices), int(sum(batch.layout.mask(i).sum() for i in indices)), 0],
+                                              self.world)
+                prefix, spread = f"grad_norm/{name}", stds[positions]
+                metrics.update({f"{prefix}/sample_count": float(count), f"{prefix}/sample_pct": count / max(total, 1),
+                                f"{prefix}/group_count": float(len(positions)),
+                                f"{prefix}/reward_std_mean": float(spread.mean()),
+                                f"{prefix}/reward_std_min": float(spread.min()),
+                                f"{prefix}/reward_std_max": float(spread.max())})
+                for term, parts in gradient_probe.terms(cfg).items():
+                    step = self._backward(indices, batch.layout, batch.stats, advantages, parts)
+                    if step is None:  # no generated token in the bucket
+                        continue
+                    norm = float(torch.nn.utils.clip_grad_norm_(policy_params, float("inf")))
+                    loss = all_reduce([step.get("loss/total", 0.0), 0], self.world)[0]  # an idle rank has no parts
+                    metrics.update({f"{prefix}/{term}": norm, f"{prefix}/per_sample/{term}": norm / count,
+                                    f"{prefix}/per_token/{term}": norm / tokens, f"{prefix}/loss/{term}": float(loss)})
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        return metrics
 
     def _needs_old_pass(self, kept_samples: int) -> bool:
         """Whether the update needs the no-grad pass. It does not when the update is on-policy (one
@@ -169,38 +290,19 @@ class Trainer(TrainerBase):
         return out
 
     # == the update ===============================================================================
-    def _update(self, layout: Layout, stats, chosen) -> dict:
+    def _update(self, layout: Layout, stats, chosen, advantages) -> dict:
         cfg = self.config
-        advantages = alg.advantages(layout, chosen, "gae" if cfg.advantage == "gae" else "group", stats,
-                                    cfg.gamma, cfg.lam, cfg.scale_rewards)
         self.model.train()
         shuffle = torch.Generator().manual_seed(cfg.rollout.seed * 1_000_003 + self.iteration)
-        max_length = cfg.rollout.chat.max_turns * cfg.rollout.sampling.max_new_tokens
         # The policy and the critic clip their gradients apart, as verl's actor and critic do.
         policy_params, *critic_params = [group["params"] for group in self.optimizer.param_groups]
         steps = []  # per optimizer step: the loss parts summed over its micro-batches
-        mb = cfg.micro_batch_size
         for _ in range(cfg.ppo_epochs):
             order = [chosen[j] for j in torch.randperm(len(chosen), generator=shuffle).tolist()]
             for minibatch in self._minibatches(order, shuffle):
-                masks = [layout.mask(i) for i in minibatch]
-                # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
-                # must run as many backward passes as the others, or DDP waits forever.
-                sequences, tokens, micro = all_reduce(
-                    [sum(int(m.sum() > 0) for m in masks), int(sum(m.sum() for m in masks)),
-                     -(-len(minibatch) // mb)], self.world)
-                if tokens == 0:
+                step = self._backward(minibatch, layout, stats, advantages)
+                if step is None:
                     continue
-                norm = alg.Normalizer(sequences=sequences, tokens=tokens, max_length=max_length)
-                self.optimizer.zero_grad(set_to_none=True)
-                step: dict[str, float] = {}
-                for k in range(micro):
-                    indices = [int(i) for i in minibatch[k * mb:(k + 1) * mb]]
-                    if not indices:  # this rank has run out: a pass that adds nothing
-                        self._idle_backward(layout.samples)
-                        continue
-                    for key, value in self._micro_loss(indices, layout, stats, advantages, norm).items():
-                        step[key] = step.get(key, 0.0) + value
                 step["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(policy_params, cfg.max_grad_norm))
                 if critic_params:
                     step["loss/critic_grad_norm"] = float(
@@ -212,6 +314,33 @@ class Trainer(TrainerBase):
         metrics = {key: float(np.mean([s[key] for s in steps if key in s])) for key in keys}
         metrics["loss/updates"] = float(len(steps))
         return metrics
+
+    def _backward(self, indices, layout: Layout, stats, advantages, terms=None) -> dict[str, float] | None:
+        """The gradient of the loss of ``indices`` (this rank's share of an all-rank minibatch), from
+        zero, summed over micro-batch backward passes; the loss parts (None: no rank has a generated
+        token, and nothing ran). ``terms``: backward only these ``loss_terms`` (default: all)."""
+        cfg = self.config
+        mb = cfg.micro_batch_size
+        masks = [layout.mask(i) for i in indices]
+        # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
+        # must run as many backward passes as the others, or DDP waits forever.
+        sequences, tokens, micro = all_reduce(
+            [sum(int(m.sum() > 0) for m in masks), int(sum(m.sum() for m in masks)), -(-len(indices) // mb)],
+            self.world)
+        if tokens == 0:
+            return None
+        norm = alg.Normalizer(sequences=sequences, tokens=tokens,
+                              max_length=cfg.rollout.chat.max_turns * cfg.rollout.sampling.max_new_tokens)
+        self.optimizer.zero_grad(set_to_none=True)
+        step: dict[str, float] = {}
+        for k in range(micro):
+            part = [int(i) for i in indices[k * mb:(k + 1) * mb]]
+            if not part:  # this rank has run out: a pass that adds nothing
+                self._idle_backward(layout.samples)
+                continue
+            for key, value in self._micro_loss(part, layout, stats, advantages, norm, terms).items():
+                step[key] = step.get(key, 0.0) + value
+        return step
 
     def _minibatches(self, order: list[int], generator: torch.Generator) -> list[np.ndarray]:
         """``batch.minibatches``, then as many empty ones as every rank needs to take as many steps as
@@ -228,8 +357,8 @@ class Trainer(TrainerBase):
         zero = 0.0 * (logp.sum() + entropy.sum() + (values.sum() if values is not None else 0.0))
         zero.backward()
 
-    def _micro_loss(self, indices, layout: Layout, stats, advantages, norm) -> dict[str, float]:
-        """Backward on a micro-batch's share of the minibatch loss; return its parts."""
+    def _micro_loss(self, indices, layout: Layout, stats, advantages, norm, terms=None) -> dict[str, float]:
+        """Backward on a micro-batch's share of the minibatch loss (or of its ``terms``); return its parts."""
         cfg = self.config
         batch = collate([layout.samples[i] for i in indices], self.tokenizer.pad_token_id)
         width = batch.mask.shape[1]
@@ -243,12 +372,14 @@ class Trainer(TrainerBase):
         have_stats = all(stats[layout.locate(i)[0]] is not None for i in indices)
         old_logp = stack([layout.stat(stats, "logp", i) for i in indices]) if have_stats else logp.detach()
         critic = cfg.advantage == "gae"
-        loss, parts = alg.total_loss(
+        named, parts = alg.loss_terms(
             cfg, batch.mask.to(self.device), norm, logp, entropy, old_logp, stack([advantages[i][0] for i in indices]),
             ref_logp=stack([layout.stat(stats, "ref_logp", i) for i in indices]) if cfg.beta > 0 else None,
             values=values if critic else None,
             old_values=stack([layout.stat(stats, "values", i) for i in indices]) if critic else None,
             returns=stack([advantages[i][1] for i in indices]) if critic else None)
+        loss = sum(named.values()) if terms is None else sum(named[t] for t in terms if t in named)
+        parts["loss/total"] = loss.item()
         # DDP averages gradients over ranks; the loss is a share of the all-rank sum, so undo the mean.
         (loss * self.world).backward()
         return parts

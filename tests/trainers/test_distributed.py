@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from tests.numerics import assert_same_gradients
 from conftest import SMOKE
 
-TOP_P = {"filter": "top_p", "filter_value": 0.9, "save_steps": 1}
+TOP_P = {"filter": "top_p", "filter_value": 0.9, "save_steps": 1, "gradient_analysis_every": 1,
+         "gradient_analysis_num_buckets": 2}
 
 
 def _worker(rank, world, port, out_dir, settings, data_parallel, resume_from):
@@ -113,6 +114,18 @@ def test_two_ranks_stay_in_sync(ddp):
     _assert_in_sync(ranks, out)
 
 
+def _probe(metrics):
+    return {k: v for k, v in metrics.items() if k.startswith("grad_norm/")}
+
+
+def test_the_gradient_probe_sees_every_ranks_gradient(ddp):
+    # The probe's norms are of the all-rank gradient: the same on both ranks, over all kept samples.
+    _, ranks = ddp
+    first = [_probe(r["metrics"][0]) for r in ranks]
+    assert first[0] == first[1] and first[0]["grad_norm/all/task"] > 0
+    assert first[0]["grad_norm/all/group_count"] == ranks[0]["metrics"][0]["filter/kept_groups"]
+
+
 def test_two_ranks_stay_in_sync_when_one_has_nothing_to_train(tokenizer, tmp_path):
     # top-k keeps one group of four: one rank runs idle passes to join the other's all-reduce
     _assert_in_sync(_spawn(tmp_path / "top_k", {"filter": "top_k", "filter_value": 0.25}), tmp_path / "top_k")
@@ -132,6 +145,9 @@ def test_fsdp_trains_like_ddp_and_resumes_from_its_checkpoint(ddp, tmp_path):
     assert [r["resumed_metrics"][-1]["val/episodes"] for r in ranks] == [3, 3]
     assert ranks[0]["resumed_metrics"][-1]["val/success"] == ranks[1]["resumed_metrics"][-1]["val/success"]
     assert_same_gradients(reference["grads"], fsdp["grads"])
+    probed, probed_ddp = _probe(fsdp["metrics"][0]), _probe(reference["metrics"][0])  # the sharded probe's too
+    assert probed.keys() == probed_ddp.keys() and all(
+        probed[k] == pytest.approx(probed_ddp[k], rel=1e-4, abs=1e-9) for k in probed)
     assert_same_gradients(ranks[1]["grads"], reference["grads"])  # every rank sees the whole gradient
     # the checkpoint is a copy of the gathered weights: exact
     saved = load_file(str(tmp_path / "fsdp" / "run" / "checkpoint-1" / "model.safetensors"))

@@ -119,8 +119,8 @@ def test_only_kept_groups_are_trained(tokenizer, tmp_path, monkeypatch):
                       rollout_policy=SeededReplies(tokenizer))
     seen = []
     original = trainer._update
-    monkeypatch.setattr(trainer, "_update", lambda layout, stats, chosen: seen.append(
-        {layout.samples[i].group for i in chosen}) or original(layout, stats, chosen))
+    monkeypatch.setattr(trainer, "_update", lambda layout, stats, chosen, advantages: seen.append(
+        {layout.samples[i].group for i in chosen}) or original(layout, stats, chosen, advantages))
     metrics = trainer.train()[0]
     assert metrics["filter/kept_groups"] == 1 and len(seen) == 1 and len(seen[0]) == 1
 
