@@ -5,6 +5,8 @@ the warm-started model (``make demo-smollm2``'s, built on first use) on the same
 - before: every turn's prompt recomputed in full and the no-grad pass always run (this project's
   trainer before the KV cache was kept across turns and unneeded passes were skipped);
 - now: the defaults (KV cache kept across turns; the no-grad pass only where the update needs it);
+- now, with the gradient probe: the defaults plus the probe (``gradient_analysis_every=1``: every
+  loss term's backward on each reward-std bucket, ``trainers/gradient_probe.py``);
 - now, frozen bottom: the same with ``freeze_layers`` bottom layers and the embeddings frozen (an
   option for CPU runs; it changes what is trained, not how the rest is computed);
 - now, vLLM rollouts (where vLLM is installed): rollouts on vLLM, the update with transformers, the new
@@ -33,11 +35,11 @@ import findings
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.registry import ENVIRONMENTS, env_for
 
-PHASES = ("rollout", "mi", "stats", "filter", "update", "sync")  # sync: new weights into vLLM
-ROWS = ("before", "now", "frozen", "vllm", "vllm-frozen")
+PHASES = ("rollout", "mi", "stats", "filter", "probe", "update", "sync")  # sync: new weights into vLLM
+ROWS = ("before", "now", "frozen", "probe", "vllm", "vllm-frozen")
 
 
-def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool = False) -> dict:
+def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool = False, probe: bool = False) -> dict:
     from trainers import Trainer, TrainerConfig
 
     rollout = RolloutConfig(n_groups=args.groups, group_size=args.group_size, seed=args.seed,
@@ -45,7 +47,8 @@ def one_iteration(args, name: str, before: bool, freeze_layers: int, vllm: bool 
                             sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0))
     with tempfile.TemporaryDirectory() as out:
         config = TrainerConfig(algorithm="grpo", filter=args.filter, filter_value=0.9, mi_every=1, learning_rate=1e-6,
-                               freeze_layers=freeze_layers, output_dir=out, rollout=rollout, save_rollouts_steps=0)
+                               freeze_layers=freeze_layers, output_dir=out, rollout=rollout, save_rollouts_steps=0,
+                               gradient_analysis_every=int(probe))
         rollout_policy = None
         if vllm:  # rollouts on vLLM, training with transformers, weights loaded into vLLM after the update
             from ragen_envs.agent.backends.vllm import VLLMPolicy
@@ -111,18 +114,21 @@ def main() -> None:
     rows = []
     runs = {"before": ("before", True, 0, False), "now": ("now", False, 0, False),
             "frozen": (f"now, bottom {args.freeze_layers} frozen", False, args.freeze_layers, False),
+            "probe": ("now, with the gradient probe", False, 0, False, True),
             "vllm": ("now, vLLM rollouts", False, 0, True),
             "vllm-frozen": (f"vLLM rollouts, bottom {args.freeze_layers} frozen", False, args.freeze_layers, True)}
     if importlib.util.find_spec("vllm") is None and {"vllm", "vllm-frozen"} & set(args.rows):
         args.rows = [r for r in args.rows if not r.startswith("vllm")]
         print("(vLLM not installed: no vLLM-rollout row; `make .venv-vllm/.vllm-installed` builds a venv with it)")
     runs = [runs[name] for name in args.rows]
-    for name, before, frozen, vllm in runs:
-        rows.append(row := one_iteration(args, name, before, frozen, vllm))
+    for run in runs:
+        rows.append(row := one_iteration(args, *run))
         phases = " ".join(f"{row.get(f'time/{p}_s', 0.0):9.1f}" for p in PHASES)
         tokens = row["rollout/response_length"] * row["rollout/turns"] * args.groups * args.group_size
         print(f"{row['name']:28s} {phases} {row['total']:9.1f} {rows[0]['total'] / row['total']:9.2f}x "
               f"{tokens:7.0f} {tokens / row['time/rollout_s']:9.0f}", flush=True)
+        if "time/probe_share" in row:
+            print(f"{'':28s} the probe's share of the iteration: {row['time/probe_share']:.0%}", flush=True)
     limits = [r["decode_limit"] for r in rows if "decode_limit" in r]
     if limits:
         print(f"decode limit here: {max(limits):.0f} tokens/s (one batched decode of {args.groups * args.group_size} "

@@ -28,7 +28,7 @@ from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig
 from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, distribute, full_state,
                                   gathered, init_distributed, load_optimizer)
-from trainers.metrics import MetricsLogger, plot_run
+from trainers.metrics import PROBE_FILE, MetricsLogger, append_jsonl, plot_run
 from trainers.scoring import build_scorers
 from trainers.setup import model_name, prepare_model, use_bf16
 
@@ -138,9 +138,11 @@ class TrainerBase:
             self._load_checkpoint(resume, resume_state)
         self.plot_path: Path | None = None
         self._bar = None  # train()'s progress bar (rank 0)
-        # Only rank 0 writes metrics and checkpoints.
-        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) if self.rank == 0 else None
-        if self.rank == 0:
+        # Only rank 0 writes metrics and checkpoints. A probe alone leaves the run's record and metrics be.
+        probe_only = cfg.exit_after_gradient_analysis
+        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) \
+            if self.rank == 0 and not probe_only else None
+        if self.rank == 0 and not probe_only:
             self.write_config()
 
     def _run_folder(self, cfg: TrainerConfig, mix: dict[str, int]) -> Path:
@@ -168,11 +170,15 @@ class TrainerBase:
         history = []
         saving = cfg.save_strategy == "steps"
         if cfg.exit_after_gradient_analysis:  # one probe of the weights as they are, then stop
+            # numbered as the iteration it would have begun (an in-run probe's number for the same weights)
             metrics = {**self.iteration_step(), "iteration": self.iteration + 1}
             if self.rank == 0:
-                print(f"gradient probe of the weights at iteration {self.iteration} written to "
-                      f"{self.output_dir / 'metrics.jsonl'}; nothing trained (--gradient-analysis-only)", flush=True)
-            return [self._log(metrics, print_row=False)]
+                path = self.output_dir / PROBE_FILE
+                append_jsonl(path, [metrics])
+                print(f"gradient probe of the weights after {self.iteration} iterations added to {path}; nothing "
+                      f"trained, the run's metrics and checkpoints left as they were (--gradient-analysis-only)",
+                      flush=True)
+            return [metrics]
         if self.iteration >= cfg.num_iterations:
             if self.rank == 0:
                 print(f"{self.output_dir} is at iteration {self.iteration} and num_iterations is "

@@ -112,7 +112,7 @@ class MetricsLogger:
         self.records = [r for r in records if r.get("iteration", 0) <= keep_iterations]
         abandoned = [r for r in records if r.get("iteration", 0) > keep_iterations]
         if abandoned:
-            _append(self.dir / "metrics.abandoned.jsonl", abandoned)
+            append_jsonl(self.dir / "metrics.abandoned.jsonl", abandoned)
             self._write_all()
         self._printed_header = False
         self._tb = None
@@ -125,7 +125,7 @@ class MetricsLogger:
 
     def log(self, metrics: dict) -> None:
         self.records.append(dict(metrics))
-        _append(self.jsonl, [metrics])
+        append_jsonl(self.jsonl, [metrics])
         self._write_csv()
         if self._tb is not None:
             for key, value in metrics.items():
@@ -161,15 +161,15 @@ class MetricsLogger:
         return "\n".join(lines)
 
 
-def _append(path: Path, records: list[dict]) -> None:
+def append_jsonl(path: Path, records: list[dict]) -> None:
     with path.open("a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in records))
         f.flush()
         os.fsync(f.fileno())
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
+def read_metrics(run_dir: str | Path, name: str = "metrics.jsonl") -> list[dict]:
+    path = Path(run_dir) / name
     if not path.is_file():
         return []
     lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -300,3 +300,56 @@ def _run_title(run_dir: Path) -> str:
     title = f"{run_dir.parent.name}/{run_dir.name}" if run_dir.parent.name else run_dir.name
     settings = run_settings(run_dir)
     return title + ("\n" + ", ".join(settings) if settings else "")
+
+
+GRADIENT_TERMS = ("task", "entropy", "kl", "total")  # the gradient probe's terms (trainers/gradient_probe.py)
+PROBE_FILE = "gradient_probe.jsonl"  # probes alone (--gradient-analysis-only), at the weights' iteration
+
+
+def plot_gradients(run_dir: str | Path, iterations: list[int] | None = None, out: str | Path | None = None,
+                   scale: str = "") -> Path:
+    """The gradient probe's norms against reward-std bucket (the paper's figure: the task norm rising with
+    reward variance, the entropy and KL norms flat), a panel per loss term and a line per probed
+    iteration (``iterations``: those only; from metrics.jsonl and PROBE_FILE), to RUN_DIR/gradients.png.
+    ``scale``: "" (the norm), "per_sample" or "per_token"."""
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir) + read_metrics(run_dir, PROBE_FILE)
+    probed = [r for r in records if "grad_norm/all/sample_count" in r]
+    if iterations:
+        missing = sorted(set(iterations) - {r["iteration"] for r in probed})
+        if missing:
+            raise ValueError(f"{run_dir}: no gradient probe at iteration {missing[0]} (probed: "
+                             f"{', '.join(str(r['iteration']) for r in probed) or 'none'})")
+        probed = [r for r in probed if r["iteration"] in iterations]
+    if not probed:
+        raise FileNotFoundError(f"no gradient probe in {run_dir} (train with --gradient-analysis-every N or "
+                                f"--gradient-analysis-only)")
+    from matplotlib.ticker import MaxNLocator
+
+    prefix = f"{scale}/" if scale else ""
+    terms = [t for t in GRADIENT_TERMS if any(f"grad_norm/all/{prefix}{t}" in r for r in probed)]
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(terms) + 1, figsize=(3.8 * (len(terms) + 1), 3.4), squeeze=False)
+    for r in probed:
+        buckets = sorted((int(k.split("/")[1][7:]) for k in r if k.startswith("grad_norm/bucket_")
+                          and k.endswith("/sample_count")))
+        label = f"iteration {r['iteration']}"
+        for ax, term in zip(axes[0], terms):
+            points = [(b, r[f"grad_norm/bucket_{b}/{prefix}{term}"]) for b in buckets
+                      if f"grad_norm/bucket_{b}/{prefix}{term}" in r]
+            ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=label)
+        axes[0][-1].plot(buckets, [r[f"grad_norm/bucket_{b}/reward_std_mean"] for b in buckets], marker="o",
+                         label=label)
+    for ax, title in zip(axes[0], [f"{t} gradient norm{' ' + scale.replace('_', ' ') if scale else ''}"
+                                   for t in terms] + ["reward std (bucket mean)"]):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("bucket (1: lowest reward std)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(_run_title(run_dir), fontsize=9)
+    fig.tight_layout()
+    out = Path(out) if out else run_dir / "gradients.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -57,11 +57,13 @@ def clear(paths: list[Path]) -> None:
 
 
 # == the run's record ===============================================================================
-# Settings a resume may change: how far the run goes, what it writes and validates, not what it trains.
+# Settings a resume may change: how far the run goes, what it writes, validates and probes, not what it trains.
 RESUME_FREE = {"num_iterations", "output_dir", "overwrite_output_dir", "resume_from_checkpoint",
                "allow_config_changes", "logging_steps", "plot", "save_strategy", "save_steps",
                "save_total_limit", "save_rollouts_steps", "eval_steps", "eval_episodes", "eval_seed",
-               "eval_temperature"}
+               "eval_temperature", "gradient_analysis_every", "gradient_analysis_num_buckets",
+               "gradient_analysis_bucket_mode", "gradient_analysis_env_groups", "gradient_analysis_group_size",
+               "exit_after_gradient_analysis"}
 
 
 def read_record(folder: Path) -> dict | None:

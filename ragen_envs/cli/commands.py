@@ -175,9 +175,12 @@ def cmd_serve(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from trainers.metrics import plot_run
+    from trainers.metrics import plot_gradients, plot_run
 
-    print(plot_run(args.run_dir, args.out))
+    if args.gradients:
+        print(plot_gradients(args.run_dir, args.iteration, args.out, args.scale))
+    else:
+        print(plot_run(args.run_dir, args.out))
     return 0
 
 
@@ -282,7 +285,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
     pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")
     pl.add_argument("run_dir", help="a run folder (its metrics.jsonl)")
-    pl.add_argument("--out", default=None, help="default: RUN_DIR/metrics.png")
+    pl.add_argument("--out", default=None, help="default: RUN_DIR/metrics.png (RUN_DIR/gradients.png)")
+    pl.add_argument("--gradients", action="store_true",
+                    help="the gradient probe's norms against reward-std bucket, a line per probed iteration")
+    pl.add_argument("--iteration", type=int, action="append", default=None,
+                    help="with --gradients: this probed iteration only; repeat for several")
+    pl.add_argument("--scale", default="", choices=["", "per_sample", "per_token"],
+                    help="with --gradients: the norm, or the norm over the bucket's samples or tokens")
     pl.set_defaults(func=cmd_plot)
 
     vw = commands["view"] = sub("view", help="an HTML report of episodes (boards, reasoning, actions, rewards)")

@@ -7,6 +7,7 @@ import torch
 
 from trainers import Trainer
 from trainers import gradient_probe as gp
+from trainers.metrics import plot_gradients
 
 from tests.numerics import GRAD_RTOL, relative_difference
 from tests.trainers.test_trainer import SeededReplies, config, make_model
@@ -116,9 +117,37 @@ def test_a_probe_alone_leaves_the_weights_and_the_run_folder_as_they_were(tokeni
     assert all(torch.equal(v, before[k]) for k, v in trainer.model.state_dict().items())
     assert all(p.grad is None for p in trainer.model.parameters())
     assert trainer.optimizer.state_dict()["state"] == {} and trainer.iteration == 0
-    assert not list((tmp_path / "run").glob("checkpoint-*"))
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    run = tmp_path / "run"
+    assert not list(run.glob("checkpoint-*")) and not (run / "metrics.jsonl").exists()  # the run's record untouched
+    rows = [json.loads(line) for line in (run / "gradient_probe.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["grad_norm/all/task"] == history[0]["grad_norm/all/task"]
+    assert rows[0]["iteration"] == 1  # the iteration these weights would begin
+    # the plot command draws it, and names what is missing
+    from ragen_envs.cli import main
+
+    assert main(["plot", str(tmp_path / "run"), "--gradients", "--scale", "per_token"]) == 0
+    assert (tmp_path / "run" / "gradients.png").stat().st_size > 10_000
+    with pytest.raises(ValueError, match="no gradient probe at iteration 5"):
+        plot_gradients(tmp_path / "run", [5])
+    (run / "gradient_probe.jsonl").unlink()
+    (run / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "loss/policy": 0.1}) + "\n")
+    with pytest.raises(FileNotFoundError, match="--gradient-analysis-every"):
+        plot_gradients(tmp_path / "run")
+
+
+def test_a_checkpoint_is_probed_on_its_own_batch_and_its_run_left_as_it_was(tokenizer, tmp_path):
+    trained = _trainer(tokenizer, tmp_path)
+    trained.train()
+    run = tmp_path / "run"
+    before = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "config.json")}
+    # settings of the probe alone are no change to the run's: no --allow-changes needed
+    probe = _trainer(tokenizer, tmp_path, resume_from_checkpoint="latest", exit_after_gradient_analysis=True,
+                     gradient_analysis_env_groups=2, gradient_analysis_group_size=3)
+    metrics = probe.train()[0]
+    assert all(torch.equal(v, trained.model.state_dict()[k]) for k, v in probe.model.state_dict().items())
+    assert metrics["iteration"] == 2 and metrics["grad_norm/all/sample_count"] == 6
+    assert {name: (run / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]
 
 
 def test_the_probe_keeps_the_rng_streams():
