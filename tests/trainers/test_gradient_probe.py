@@ -34,7 +34,7 @@ def test_the_schedule_is_ragens():
 
 
 def _trainer(tokenizer, tmp_path, **kw):
-    cfg = config(tmp_path, n_groups=4, filter="none", **kw)
+    cfg = config(tmp_path, n_groups=4, filter="none", mi_every=0, **kw)  # MI: not what is tested here
     return Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
 
 
