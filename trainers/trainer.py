@@ -12,10 +12,14 @@ One iteration (``iteration_step``), top to bottom, each phase a method below it:
    anything needs it; entropies come from the sampler when it reports them.
 4. ``_filter``: each group scored (``filter_metric``) and kept by ``filter`` (``trainers.filtering``:
    RAGEN's selection rules), over all ranks' groups; a streak of empty iterations stops the run.
-5. ``_update``: advantages (``algorithms.advantages``: GAE across segments for PPO, group-relative
-   for GRPO, DAPO and Dr. GRPO), then ``ppo_epochs`` passes over the kept samples in minibatches
-   (``batch.minibatches``, RAGEN's fixed size: keeping fewer groups means fewer optimizer steps, the
-   paper's 26-41% shorter steps), each a sum of micro-batch backward passes (``_micro_loss``).
+5. ``_advantages``: the kept samples' (``algorithms.advantages``: GAE across segments for PPO,
+   group-relative for GRPO, DAPO and Dr. GRPO), after the no-grad pass where the update needs it.
+6. ``_probe``: on ``gradient_analysis_every``'s iterations, the gradient probe (``trainers.gradient_probe``):
+   each loss term's gradient norm by reward-std bucket of the kept batch (or of a batch of its own),
+   no step taken.
+7. ``_update``: ``ppo_epochs`` passes over the kept samples in minibatches (``batch.minibatches``,
+   RAGEN's fixed size: keeping fewer groups means fewer optimizer steps, the paper's 26-41% shorter
+   steps), each a sum of micro-batch backward passes (``_backward``, ``_micro_loss``).
 Every loss is an average (over tokens, sequences, or a constant per sequence for Dr. GRPO). A batch
 where nothing is kept (all scores 0 under top_p) is skipped and logged so.
 

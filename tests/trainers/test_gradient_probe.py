@@ -33,8 +33,8 @@ def test_the_schedule_is_ragens():
     assert not any(gp.due(i, 0) for i in range(10))
 
 
-def _trainer(tokenizer, tmp_path, **kw):
-    cfg = config(tmp_path, n_groups=4, filter="none", mi_every=0, **kw)  # MI: not what is tested here
+def _trainer(tokenizer, tmp_path, n_groups=4, **kw):
+    cfg = config(tmp_path, n_groups=n_groups, filter="none", mi_every=0, **kw)  # MI: not what is tested here
     return Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
 
 
@@ -90,7 +90,7 @@ def test_the_probe_changes_nothing_and_a_run_with_it_trains_exactly_like_one_wit
     for name, probe in [("off", {}), ("training batch", {"gradient_analysis_every": 1}),
                         ("own batch", {"gradient_analysis_every": 1, "gradient_analysis_env_groups": 3,
                                        "gradient_analysis_group_size": 2})]:
-        trainer = _trainer(tokenizer, tmp_path / name.replace(" ", "-"), num_iterations=2, **probe)
+        trainer = _trainer(tokenizer, tmp_path / name.replace(" ", "-"), num_iterations=2, n_groups=3, **probe)
         history = trainer.train()
         runs[name] = (trainer, history)
     off, _ = runs["off"]
@@ -105,7 +105,7 @@ def test_the_probe_changes_nothing_and_a_run_with_it_trains_exactly_like_one_wit
         assert same == {k: v for k, v in history[1].items() if k in same}, name
     # the own batch: 3 groups of 2, one sample per trajectory here
     assert runs["own batch"][1][0]["grad_norm/all/sample_count"] == 6
-    assert runs["training batch"][1][0]["grad_norm/all/sample_count"] == 16
+    assert runs["training batch"][1][0]["grad_norm/all/sample_count"] == 12
 
 
 def test_a_probe_alone_leaves_the_weights_and_the_run_folder_as_they_were(tokenizer, tmp_path):
