@@ -19,7 +19,8 @@ ADVANTAGES = ("gae", "group")
 CRITICS = ("separate", "shared")
 SCALES = ("group", "batch", "none")
 PRECISIONS = ("auto", "bf16", "no")
-BUCKET_MODES = ("quantile", "fixed_rv")
+BUCKET_MODES = ("quantile", "fixed_rv")  # the gradient probe's bucketing (trainers/gradient_probe.py)
+PROBE_TERMS = ("task", "entropy", "kl")  # the loss terms it backpropagates alone, then their "total"
 
 # Per algorithm: the defaults of the fields left as None, from RAGEN's main-table runs
 # (scripts/runs/run_main_table_diff_algo.sh over config/base.yaml):

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from trainers.config import BUCKET_MODES
+from trainers.config import BUCKET_MODES, PROBE_TERMS
 
 FIXED_EDGES = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)  # RAGEN's fixed_rv intervals of the group reward std
 
@@ -60,7 +60,8 @@ def buckets(stds, mode: str = "quantile", count: int = 6) -> dict[str, np.ndarra
 
 def terms(config) -> dict[str, tuple[str, ...]]:
     """Each probed term and the ``algorithms.loss_terms`` it backpropagates."""
-    parts = ("task",) + (("entropy",) if config.entropy_coef else ()) + (("kl",) if config.beta > 0 else ())
+    on = {"task": True, "entropy": bool(config.entropy_coef), "kl": config.beta > 0}
+    parts = tuple(t for t in PROBE_TERMS if on[t])
     return {**{p: (p,) for p in parts}, "total": parts}
 
 

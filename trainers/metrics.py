@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainers.config import PROBE_TERMS
 from trainers.filtering import LOW_RV_RATIO
 
 
@@ -302,7 +303,6 @@ def _run_title(run_dir: Path) -> str:
     return title + ("\n" + ", ".join(settings) if settings else "")
 
 
-GRADIENT_TERMS = ("task", "entropy", "kl", "total")  # the gradient probe's terms (trainers/gradient_probe.py)
 PROBE_FILE = "gradient_probe.jsonl"  # probes alone (--gradient-analysis-only), at the weights' iteration
 
 
@@ -327,7 +327,7 @@ def plot_gradients(run_dir: str | Path, iterations: list[int] | None = None, out
     from matplotlib.ticker import MaxNLocator
 
     prefix = f"{scale}/" if scale else ""
-    terms = [t for t in GRADIENT_TERMS if any(f"grad_norm/all/{prefix}{t}" in r for r in probed)]
+    terms = [t for t in (*PROBE_TERMS, "total") if any(f"grad_norm/all/{prefix}{t}" in r for r in probed)]
     plt = pyplot()
     fig, axes = plt.subplots(1, len(terms) + 1, figsize=(3.8 * (len(terms) + 1), 3.4), squeeze=False)
     for r in probed:

@@ -76,6 +76,9 @@ class Trainer(TrainerBase):
         start = time.perf_counter()
         cfg = self.config
         metrics: dict[str, float] = {}
+        if cfg.exit_after_gradient_analysis and self._own_probe_batch():  # the training batch is not needed
+            metrics.update(self._timed(metrics, "probe", self._probe_of, None, {}))
+            return {**metrics, "trainer/exited_after_gradient_analysis": 1.0}
         trajectories = self._timed(metrics, "rollout", self._rollout, metrics)
         if self.mi_due():
             self._phase("MI scoring")
@@ -139,7 +142,9 @@ class Trainer(TrainerBase):
         if chance:  # the chance level on the same episodes (envs with a finite action set)
             metrics["rollout/random_success"] = float(np.mean(list(chance.values())))
         n, every = self.iteration + 1, cfg.save_rollouts_steps
-        if self.rank == 0 and every and (n % every == 0 or n == cfg.num_iterations):
+        # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
+        if self.rank == 0 and every and (n % every == 0 or n == cfg.num_iterations) \
+                and not cfg.exit_after_gradient_analysis:
             save_jsonl(trajectories, self.output_dir / "rollouts" / f"iteration-{n}.jsonl")
         return trajectories
 
@@ -210,11 +215,11 @@ class Trainer(TrainerBase):
         return Prepared(layout, stats, chosen, np.asarray(kept, dtype=int), returns, groups)
 
     # == the gradient probe ======================================================================
-    def _probe_of(self, batch: Prepared, advantages: dict) -> dict:
+    def _probe_of(self, batch: Prepared | None, advantages: dict) -> dict:
         """The gradient probe on the iteration's kept batch, or on a batch of its own (rolled out with
         its own seeds, filtered as the run filters, never trained on) when the config asks for one."""
         cfg = self.config
-        if cfg.gradient_analysis_env_groups is None and cfg.gradient_analysis_group_size is None:
+        if not self._own_probe_batch():
             return self._probe(batch, advantages)
         runner = self._analysis_runner()
         self.model.eval()
@@ -224,6 +229,10 @@ class Trainer(TrainerBase):
         scratch: dict[str, float] = {}  # the analysis batch's own statistics do not describe the training batch
         own = self._prepare(trajectories, scratch, runner)
         return self._probe(own, self._advantages(own, scratch) if len(own.kept) else {})
+
+    def _own_probe_batch(self) -> bool:
+        cfg = self.config
+        return cfg.gradient_analysis_env_groups is not None or cfg.gradient_analysis_group_size is not None
 
     def _analysis_runner(self):
         """The probe's own rollout runner (built once): the run's envs in the run's proportions, its own

@@ -119,6 +119,7 @@ def test_a_probe_alone_leaves_the_weights_and_the_run_folder_as_they_were(tokeni
     assert trainer.optimizer.state_dict()["state"] == {} and trainer.iteration == 0
     run = tmp_path / "run"
     assert not list(run.glob("checkpoint-*")) and not (run / "metrics.jsonl").exists()  # the run's record untouched
+    assert not (run / "rollouts").exists()  # nor episodes saved as if an iteration had run
     rows = [json.loads(line) for line in (run / "gradient_probe.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["grad_norm/all/task"] == history[0]["grad_norm/all/task"]
     assert rows[0]["iteration"] == 1  # the iteration these weights would begin
@@ -146,6 +147,7 @@ def test_a_checkpoint_is_probed_on_its_own_batch_and_its_run_left_as_it_was(toke
     metrics = probe.train()[0]
     assert all(torch.equal(v, trained.model.state_dict()[k]) for k, v in probe.model.state_dict().items())
     assert metrics["iteration"] == 2 and metrics["grad_norm/all/sample_count"] == 6
+    assert "rollout/success" not in metrics  # the training batch, not needed, was not rolled out
     assert {name: (run / name).read_bytes() for name in before} == before
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]
 
