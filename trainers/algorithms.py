@@ -65,6 +65,38 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return adv, returns
 
 
+def bi_level_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+                 lam: float = 1.0, high_level_gamma: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+    """RAGEN's two-level GAE (its ``compute_bi_level_gae_advantage_return``). The turn ends are the
+    tokens that carry a reward (RAGEN's code; its docstring says each turn's end, the same tokens with
+    turn scores whose rewards are not 0). Turn level: GAE over the ends alone, discount
+    ``high_level_gamma``, each end bootstrapping from the next end's value; an end's return G is its
+    advantage plus its value. Token level: GAE within each turn (``gamma``), the end taking G as its
+    reward and nothing after it. Without turn scores the one end is the last token: token GAE.
+    Where RAGEN fails on a row with no reward (an index past the end), this runs token GAE with a
+    terminal value of 0. Returns (advantages, returns), zero where ``mask`` is 0; not whitened."""
+    adv, ret = torch.zeros_like(values), torch.zeros_like(values)
+    for b in range(rewards.shape[0]):
+        r, v = rewards[b].to(values.dtype), values[b]
+        ends = r.nonzero()[:, 0].tolist()
+        target = r.clone()  # each end's reward becomes its turn-level return
+        running = 0.0
+        for n in reversed(range(len(ends))):
+            t = ends[n]
+            next_value = v[ends[n + 1]] if n + 1 < len(ends) else 0.0
+            running = r[t] + high_level_gamma * next_value - v[t] + high_level_gamma * lam * running
+            target[t] = running + v[t]
+        valid = mask[b].nonzero()[:, 0].tolist()
+        running = 0.0
+        for n in reversed(range(len(valid))):
+            t = valid[n]
+            end = t in ends or n + 1 == len(valid)
+            next_value = 0.0 if end else v[valid[n + 1]]
+            running = target[t] + gamma * next_value - v[t] + (0.0 if end else gamma * lam * running)
+            adv[b, t], ret[b, t] = running, running + v[t]
+    return adv, ret
+
+
 def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x - mean) / std over the masked entries (population std); 0 elsewhere."""
     m = mask.bool()
@@ -128,13 +160,15 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 def advantages(layout, chosen: list[int], kind: str, values: list | None = None, gamma: float = 1.0,
-               lam: float = 1.0, scale_rewards: str = "group") -> dict[int, tuple[torch.Tensor, torch.Tensor | None]]:
+               lam: float = 1.0, scale_rewards: str = "group", high_level_gamma: float | None = None
+               ) -> dict[int, tuple[torch.Tensor, torch.Tensor | None]]:
     """Per chosen sample index (``layout``: a ``batch.Layout``): its (T-1,) advantages and, for GAE,
     returns. ``kind="gae"`` (PPO) runs over a trajectory's segments joined in order, so a segment cut
     by the context cap bootstraps from the next one's values and gets the rewards after it; the
     advantages are then whitened over the chosen tokens. ``kind="group"`` gives one advantage per
     trajectory (counted once however many segments it has) to every generated token of its samples.
-    ``values``: the per-micro-batch no-grad statistics holding ``"values"`` (GAE only)."""
+    ``values``: the per-micro-batch no-grad statistics holding ``"values"`` (GAE only);
+    ``high_level_gamma``: with GAE, ``bi_level_gae`` with this turn-level discount instead."""
     if not chosen:
         return {}
     samples = layout.samples
@@ -144,9 +178,11 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
         for i in chosen:
             by_trajectory.setdefault(samples[i].trajectory, []).append(i)
         for parts in by_trajectory.values():
-            a, r = gae(torch.cat([layout.rewards(i) for i in parts])[None],
-                       torch.cat([layout.stat(values, "values", i) for i in parts])[None],
-                       torch.cat([layout.mask(i) for i in parts])[None], gamma, lam)
+            joined = (torch.cat([layout.rewards(i) for i in parts])[None],
+                      torch.cat([layout.stat(values, "values", i) for i in parts])[None],
+                      torch.cat([layout.mask(i) for i in parts])[None])
+            a, r = gae(*joined, gamma, lam) if high_level_gamma is None else \
+                bi_level_gae(*joined, gamma, lam, high_level_gamma)
             offset = 0
             for i in parts:
                 n = layout.mask(i).numel()
@@ -166,6 +202,11 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
     groups = torch.tensor([s.group for s in first.values()])
     per_trajectory = dict(zip(first, group_advantages(returns, groups, scale_rewards).tolist()))
     return {i: (per_trajectory[samples[i].trajectory] * layout.mask(i), None) for i in chosen}
+
+
+def scaled(advantages: dict, factor: dict[int, float]) -> dict:
+    """``advantages`` (of ``advantages``) with sample i's multiplied by ``factor[i]``; returns unchanged."""
+    return {i: (a * factor[i] if factor[i] != 1.0 else a, r) for i, (a, r) in advantages.items()}
 
 
 def loss_terms(config, mask: torch.Tensor, norm: Normalizer, logp: torch.Tensor, entropy: torch.Tensor,

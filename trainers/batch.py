@@ -2,8 +2,9 @@
 minibatches.
 
 A trajectory's turns chain into token sequences (``Trajectory.segments``: one, unless the context cap
-dropped old turns), each with the images its placeholder tokens stand for (a visual env's). The
-episode return goes on the last generated token of the trajectory's last segment. ``Layout`` names
+or window dropped old turns), each with the images its placeholder tokens stand for (a visual env's).
+The episode return goes on the last generated token of the trajectory's last segment; with turn scores
+(RAGEN's use_turn_scores) each turn's reward goes on its reply's last token instead. ``Layout`` names
 where each sample sits among the micro-batches; ``minibatches`` is RAGEN's fixed-size minibatch rule.
 """
 
@@ -24,12 +25,20 @@ class Sample:
     episode_return: float
     last: bool  # the trajectory's last segment (carries the reward)
     images: list = field(default_factory=list)  # the images its placeholders stand for, in order
+    # (index in ids, reward) of each reward it carries; None: the episode return on its last generated
+    # token if it is the last segment
+    rewards: list[tuple[int, float]] | None = None
 
 
-def trajectory_samples(traj, index: int) -> list[Sample]:
+def trajectory_samples(traj, index: int, episode_return: float | None = None,
+                       turn_scores: bool = False) -> list[Sample]:
+    """``traj``'s samples, one per segment. ``episode_return``: the return to train on (default: the
+    trajectory's; normalised rewards differ); ``turn_scores``: each turn's reward at its own reply."""
     segments = traj.segments()
-    return [Sample(seg.ids, seg.generated, traj.group, index, traj.episode_return, last=(n == len(segments) - 1),
-                   images=seg.images) for n, seg in enumerate(segments)]
+    ret = traj.episode_return if episode_return is None else episode_return
+    return [Sample(seg.ids, seg.generated, traj.group, index, ret, last=(n == len(segments) - 1), images=seg.images,
+                   rewards=[(end, traj.turns[k].reward) for k, end in zip(seg.turns, seg.ends)] if turn_scores
+                   else None) for n, seg in enumerate(segments)]
 
 
 @dataclass
@@ -55,9 +64,16 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
     mask = generated[:, 1:]
     rewards = torch.zeros_like(mask)
     for b, s in enumerate(samples):
-        positions = mask[b].nonzero()
-        if s.last and len(positions):
-            rewards[b, positions[-1, 0]] = s.episode_return
+        positions = mask[b].nonzero()[:, 0]
+        if not len(positions):
+            continue
+        if s.rewards is None:
+            if s.last:
+                rewards[b, positions[-1]] = s.episode_return
+            continue
+        for end, reward in s.rewards:  # ids index end is target index end - 1
+            before = positions[positions <= end - 1]  # a reply of no token: the last generated token before it
+            rewards[b, before[-1] if len(before) else positions[0]] += reward
     return Batch(ids, attention, ids[:, 1:], mask, rewards, [image for s in samples for image in s.images])
 
 

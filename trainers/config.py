@@ -20,6 +20,9 @@ CRITICS = ("separate", "shared")
 SCALES = ("group", "batch", "none")
 PRECISIONS = ("auto", "bf16", "no")
 BUCKET_MODES = ("quantile", "fixed_rv")  # the gradient probe's bucketing (trainers/gradient_probe.py)
+NORM_GROUPINGS = ("state", "batch", "inductive")  # reward normalization (trainers/rewards.py)
+NORM_METHODS = ("identity", "mean", "mean_std", "asym_clip")
+LOSS_SCALINGS = ("none", "linear", "sqrt")
 PROBE_TERMS = ("task", "entropy", "kl")  # the loss terms it backpropagates alone, then their "total"
 
 # Per algorithm: the defaults of the fields left as None, from RAGEN's main-table runs
@@ -112,9 +115,39 @@ class TrainerConfig:
     filter_metric: Literal[METRICS] = "std"
     filter_prob_mode: Literal[PROB_MODES] = "linear"  # top_p over the scores themselves, or their softmax
     filter_order: Literal[ORDERS] = "largest"  # keep the highest scores, or the lowest (an ablation)
-    include_zero: bool = True  # False: drop zero-score groups before ranking
+    include_zero: bool = True  # False: drop zero-score groups before ranking (RAGEN's rollout_filter_include_zero)
     # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
     filter_empty_stop: int = 5
+
+    # -- RAGEN's reward and advantage options (config/base.yaml; each off, as there) -----------------
+    # rewards normalised before the filter and the advantages see them, within each prompt group
+    # ("state"), the whole batch ("batch") or each env ("inductive") (RAGEN's reward_normalization.grouping)
+    reward_normalization_grouping: Literal[NORM_GROUPINGS] = "state"
+    # identity (off) | mean: R - mean | mean_std: (R - mean) / std, 0 where the std is 0 | asym_clip:
+    # mean_std clipped to [-1, 3] (RAGEN's reward_normalization.method)
+    reward_normalization_method: Literal[NORM_METHODS] = "identity"
+    # each turn's reward on its own last token, not the episode's sum on the last one: PPO's GAE sees
+    # when a reward came (RAGEN's agent_proxy.use_turn_scores)
+    use_turn_scores: bool = False
+    # PPO: GAE at two levels, over turns (discount high_level_gamma) and within each turn (gamma), the
+    # turn's last token taking the turn-level return (RAGEN's bi_level_gae, trainers/algorithms.py)
+    bi_level_gae: bool = False
+    high_level_gamma: float = 0.95  # the turn-level discount of bi_level_gae
+    # group advantages x the group's reward std / the largest kept group's: low-variance prompts
+    # weigh less instead of being dropped (RAGEN's soft_advantage_reweight)
+    soft_advantage_reweight: bool = False
+    # advantages x the share of groups the filter kept (linear) or its square root (sqrt): the update's
+    # size follows how much was kept (RAGEN's filter_loss_scaling)
+    filter_loss_scaling: Literal[LOSS_SCALINGS] = "none"
+    # group advantages / (the sample's generated tokens / their mean over the kept samples) (RAGEN's
+    # grpo_advantage_length_weight)
+    grpo_advantage_length_weight: bool = False
+    # every advantage 0: only the entropy and KL terms train the policy, RAGEN's task-free ablation
+    # (the critic still learns the returns)
+    zero_task_advantage: bool = False
+    # write each iteration's per-group reward std and whether the filter kept it to group_rv.csv in the
+    # run folder (RAGEN's trainer.log_group_rv_table, a W&B table there)
+    log_group_rv_table: bool = False
 
     # -- MI: the collapse diagnostics ---------------------------------------------------------
     mi_every: int = 5  # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
@@ -187,6 +220,8 @@ class TrainerConfig:
         check("beta", self.beta >= 0, ">= 0")
         check("gamma", 0 <= self.gamma <= 1, "in [0, 1]")
         check("lam", 0 <= self.lam <= 1, "in [0, 1]")
+        check("high_level_gamma", 0 <= self.high_level_gamma <= 1, "in [0, 1]")
+        self._check_ragen_options()
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
@@ -198,6 +233,19 @@ class TrainerConfig:
                 setattr(self, name, defaults[name])
         if self.epsilon_high is None:
             self.epsilon_high = self.epsilon
+
+    def _check_ragen_options(self) -> None:
+        """Combinations RAGEN's code refuses (or would silently ignore) are errors here."""
+        advantage = self.advantage or ALGORITHM_DEFAULTS[self.algorithm]["advantage"]
+        for name in ("soft_advantage_reweight", "grpo_advantage_length_weight"):
+            if getattr(self, name) and advantage != "group":
+                raise ValueError(f"{name} acts on group advantages (RAGEN applies it under GRPO only); "
+                                 f"advantage is {advantage!r}")
+        if self.bi_level_gae and advantage != "gae":
+            raise ValueError(f"bi_level_gae is a GAE (advantage='gae', PPO's); advantage is {advantage!r}")
+        if self.use_turn_scores and self.reward_normalization_method != "identity":
+            raise ValueError("reward normalization acts on episode returns, not turn scores (RAGEN refuses "
+                             "the pair too): use_turn_scores needs reward_normalization_method='identity'")
 
     def to_dict(self) -> dict:
         return asdict(self)

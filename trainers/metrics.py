@@ -115,6 +115,7 @@ class MetricsLogger:
         if abandoned:
             append_jsonl(self.dir / "metrics.abandoned.jsonl", abandoned)
             self._write_all()
+        trim_csv(self.dir / GROUP_RV_FILE, keep_iterations)  # the iterations trained again
         self._printed_header = False
         self._tb = None
         try:
@@ -167,6 +168,36 @@ def append_jsonl(path: Path, records: list[dict]) -> None:
         f.write("".join(json.dumps(r) + "\n" for r in records))
         f.flush()
         os.fsync(f.fileno())
+
+
+GROUP_RV_FILE = "group_rv.csv"  # TrainerConfig.log_group_rv_table: per iteration and group, reward std and kept
+
+
+def append_csv(path: Path, rows: list[dict]) -> None:
+    """Rows appended to a CSV (the header first when the file is new), flushed and synced."""
+    new = not path.is_file()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def trim_csv(path: Path, keep_iterations: int) -> None:
+    """Drop a CSV's rows after ``keep_iterations`` (an "iteration" column), if it exists."""
+    if not path.is_file():
+        return
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fieldnames, rows = reader.fieldnames, list(reader)
+    kept = [r for r in rows if int(r["iteration"]) <= keep_iterations]
+    if len(kept) < len(rows):
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(kept)
 
 
 def read_metrics(run_dir: str | Path, name: str = "metrics.jsonl") -> list[dict]:

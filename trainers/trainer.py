@@ -46,11 +46,12 @@ from ragen_envs.agent.backends.base import TokenPrompt
 from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.trajectory import rollout_metrics, save_jsonl
 from trainers import algorithms as alg
-from trainers import gradient_probe, mi
+from trainers import gradient_probe, mi, rewards
 from trainers.base import TrainerBase
 from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, full_weights, gathered
 from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, scores_for, select
+from trainers.metrics import GROUP_RV_FILE, append_csv
 
 
 @dataclass
@@ -112,10 +113,24 @@ class Trainer(TrainerBase):
 
     def _prepare(self, trajectories, metrics: dict, runner=None) -> "Prepared":
         """A rollout batch laid out for the losses, its no-grad statistics and what the filter kept."""
-        samples = [s for i, t in enumerate(trajectories) for s in trajectory_samples(t, i)]
-        layout = Layout.of(samples, self.config.micro_batch_size, self.tokenizer.pad_token_id)
+        cfg = self.config
+        returns = self._returns(trajectories, runner or self.runner)
+        groups = len((runner or self.runner).group_envs)
+        mine = returns[self.rank * groups:(self.rank + 1) * groups].reshape(-1)
+        samples = [s for i, t in enumerate(trajectories)
+                   for s in trajectory_samples(t, i, mine[i], cfg.use_turn_scores)]
+        layout = Layout.of(samples, cfg.micro_batch_size, self.tokenizer.pad_token_id)
         stats = self._timed(metrics, "stats", self._stats, trajectories, layout, metrics)
-        return self._timed(metrics, "filter", self._filter, trajectories, layout, stats, metrics, runner)
+        return self._timed(metrics, "filter", self._filter, trajectories, layout, stats, metrics, returns, runner)
+
+    def _returns(self, trajectories, runner) -> np.ndarray:
+        """All ranks' P x G returns to train on: the episode returns, normalised as configured
+        (``trainers.rewards``: RAGEN's reward_normalization)."""
+        cfg = self.config
+        raw = np.array([t.episode_return for t in trajectories]).reshape(len(runner.group_envs), -1)
+        every = all_gather_rows(raw, self.world)
+        return rewards.normalized(every, runner.group_envs * self.world, cfg.reward_normalization_grouping,
+                                  cfg.reward_normalization_method)
 
     def _advantages(self, batch: "Prepared", metrics: dict) -> dict:
         """The kept samples' advantages, after the no-grad pass where the update needs one."""
@@ -126,8 +141,46 @@ class Trainer(TrainerBase):
                 for b in batch.layout.batches_holding(batch.chosen):
                     batch.stats[b] = batch.stats[b] or self._old_stats(batch.layout.batches[b])
             metrics["time/stats_s"] = metrics.get("time/stats_s", 0.0) + time.perf_counter() - pass_start
-        return alg.advantages(batch.layout, batch.chosen, "gae" if cfg.advantage == "gae" else "group", batch.stats,
-                              cfg.gamma, cfg.lam, cfg.scale_rewards)
+        advantages = alg.advantages(batch.layout, batch.chosen, "gae" if cfg.advantage == "gae" else "group",
+                                    batch.stats, cfg.gamma, cfg.lam, cfg.scale_rewards,
+                                    cfg.high_level_gamma if cfg.bi_level_gae else None)
+        return alg.scaled(advantages, self._advantage_factors(batch, metrics))
+
+    def _advantage_factors(self, batch: "Prepared", metrics: dict) -> dict[int, float]:
+        """Per kept sample, what RAGEN's advantage options multiply its advantages by, in its order:
+        soft_advantage_reweight, filter_loss_scaling, grpo_advantage_length_weight, zero_task_advantage."""
+        cfg, layout = self.config, batch.layout
+        factor = {i: 1.0 for i in batch.chosen}
+        if cfg.soft_advantage_reweight:  # group std / the largest kept group's, over all ranks' kept groups
+            stds = reward_variance(batch.returns, "std")
+            top = float(stds[batch.kept].max())
+            weights = {i: float(stds[self.rank * batch.groups + layout.samples[i].group]) / (top + 1e-6)
+                       for i in batch.chosen}
+            factor = {i: factor[i] * weights[i] for i in factor}
+            kept_weights = stds[batch.kept] / (top + 1e-6)
+            metrics.update({"advantage/soft_reweight_min": float(kept_weights.min()),
+                            "advantage/soft_reweight_max": float(kept_weights.max()),
+                            "advantage/soft_reweight_mean": float(kept_weights.mean())})
+        if cfg.filter_loss_scaling != "none":  # RAGEN's kept ratio: kept groups / all groups
+            ratio = len(batch.kept) / len(batch.returns)
+            scale = ratio if cfg.filter_loss_scaling == "linear" else ratio ** 0.5
+            factor = {i: f * scale for i, f in factor.items()}
+        if cfg.grpo_advantage_length_weight:  # / (generated tokens / their mean over all ranks' kept samples)
+            lengths = {i: float(layout.mask(i).sum()) for i in batch.chosen}
+            total, count = all_reduce([int(sum(lengths.values())), len(lengths)], self.world)
+            mean = total / max(count, 1)
+            factor = {i: f / ((lengths[i] + 1e-6) / mean) for i, f in factor.items()}
+        if cfg.zero_task_advantage:
+            factor = dict.fromkeys(factor, 0.0)
+        return factor
+
+    def _log_group_rv(self, returns: np.ndarray, kept, runner) -> None:
+        """A row per group of this iteration in group_rv.csv: its reward std and whether it was kept."""
+        stds, kept = reward_variance(returns, "std"), {int(g) for g in kept}
+        envs = runner.group_envs * self.world
+        rows = [{"iteration": self.iteration + 1, "group": g, "env": envs[g], "reward_std": float(stds[g]),
+                 "kept": int(g in kept)} for g in range(len(stds))]
+        append_csv(self.output_dir / GROUP_RV_FILE, rows)
 
     # == the phases ===============================================================================
     def _rollout(self, metrics: dict) -> list:
@@ -185,22 +238,25 @@ class Trainer(TrainerBase):
             metrics["policy/token_entropy"] = total / count if count else 0.0
         return stats
 
-    def _filter(self, trajectories, layout: Layout, stats, metrics: dict, runner=None) -> "Prepared":
+    def _filter(self, trajectories, layout: Layout, stats, metrics: dict, all_returns: np.ndarray,
+                runner=None) -> "Prepared":
         """The batch with this rank's sample indices to train on and the groups any rank kept (of the
-        training runner's batch, or of the probe's own ``runner``, which leaves the run's state be)."""
+        training runner's batch, or of the probe's own ``runner``, which leaves the run's state be).
+        ``all_returns``: all ranks' P x G returns to train on (``_returns``)."""
         cfg = self.config
         training = runner is None
         runner = runner or self.runner
         groups = len(runner.group_envs)
-        returns = np.array([t.episode_return for t in trajectories]).reshape(groups, runner.config.group_size)
+        returns = all_returns[self.rank * groups:(self.rank + 1) * groups]
         # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
         scores = scores_for(cfg.filter_metric, returns, trajectories, layout, stats)
         scores = all_gather_rows(scores[:, None], self.world)[:, 0]
         kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order, cfg.include_zero)
-        all_returns = all_gather_rows(returns, self.world)
         metrics.update(filter_stats(all_returns, kept))
         if not training:
             return self._kept(layout, stats, kept, all_returns, groups)
+        if cfg.log_group_rv_table and self.rank == 0:
+            self._log_group_rv(all_returns, kept, runner)
         self.empty_filter_streak = 0 if len(kept) else self.empty_filter_streak + 1
         metrics["filter/empty_streak"] = float(self.empty_filter_streak)
         if cfg.filter != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:

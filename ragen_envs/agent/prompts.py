@@ -51,6 +51,12 @@ REMINDER_NO_THINK = "Always output: <answer> [{what}] </answer> with no extra te
 IMAGE_OBSERVATION = "(the image above)"
 IMAGE_DROPPED = "(an earlier image, no longer shown)"
 
+# single_turn context window (RolloutConfig.context_window_mode): the earlier turns a prompt still shows,
+# as text in its one user message, before the current turn's message
+EARLIER_TURNS = "Your last {n} turn(s), oldest first:\n"
+EARLIER_TURN = "--- you were shown:\n{shown}\n--- you replied:\n{reply}\n"
+CURRENT_TURN = "--- now:\n"
+
 FEEDBACK_REWARD = "Reward:\n{reward:g}\n"  # RAGEN's reward message
 FEEDBACK_INVALID = "Your last reply was invalid: {why}. Nothing happened (format penalty {penalty:+.2f}).\n"
 FEEDBACK_SOME_INVALID = "Ignored invalid actions: {actions}.\n"

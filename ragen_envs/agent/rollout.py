@@ -18,23 +18,30 @@ message with the assistant reply after it) are dropped, the system message and t
 message always kept, and the prompt is re-encoded from text (``Turn.messages_dropped`` says how
 many messages were left out). If even system + latest message do not fit, the episode ends there
 with ``Trajectory.context_overflow``. Nothing is cut mid-message or mid-token.
+
+Context window (``context_window_mode``, RAGEN's): a prompt may show only the last turns, as a chat
+(``limited_multi_turn``) or as text in one user message (``single_turn``, ``context_window``); such a
+prompt is encoded from its messages, and the cap then applies to it.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import gymnasium as gym
 import numpy as np
 
-from ragen_envs.agent import chat_encoding, vision
+from ragen_envs.agent import chat_encoding, prompts, vision
 from ragen_envs.agent.backends.base import Policy, Prompt, SamplingConfig, TokenPrompt
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
 from ragen_envs.agent.parsing import THINK_OPEN
 from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
-from ragen_envs.base import check_positive_int
+from ragen_envs.base import check_choices, check_positive_int
+
+
+WINDOW_MODES = ("full", "limited_multi_turn", "single_turn")
 
 
 @dataclass
@@ -44,6 +51,13 @@ class RolloutConfig:
     chat: ChatEnvConfig = field(default_factory=ChatEnvConfig)  # turns, actions per turn, format, penalty
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # temperature, top-p, tokens per turn
     max_prompt_tokens: int | None = None  # default: the model's context minus max_new_tokens
+    # what a prompt shows of the episode (RAGEN's context_window_mode): "full", the whole chat;
+    # "limited_multi_turn", the chat of the last max_context_window turns; "single_turn", one user message
+    # with the last max_context_window - 1 turns as text before the current one. Where old turns leave the
+    # prompt, each turn trains as a sequence of its own (Trajectory.segments), as RAGEN's per-turn samples
+    context_window_mode: Literal[WINDOW_MODES] = "full"
+    # turns a windowed prompt shows, the current one included (RAGEN's max_context_window): -1 all, 1 none before
+    max_context_window: int = -1
     env_workers: int = 1  # threads stepping envs (1: in the calling thread)
     # each episode advances on its own (AsyncRolloutRunner): generation overlaps slow env steps
     asynchronous: bool = False
@@ -56,6 +70,11 @@ class RolloutConfig:
             check_positive_int(name, getattr(self, name))
         if self.max_prompt_tokens is not None:
             check_positive_int("max_prompt_tokens", self.max_prompt_tokens)
+        check_choices(self)
+        k = self.max_context_window
+        if k != -1 and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+            raise ValueError(f"max_context_window must be -1 (every turn) or a positive integer, "
+                             f"got {self.max_context_window!r}")
         if not isinstance(self.env_kwargs, dict):
             raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
 
@@ -108,6 +127,25 @@ def check_envs(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, i
 def _without_oldest(messages: list[dict], k: int) -> list[dict]:
     """``messages`` without the ``k`` after the system message (the oldest turns, as the context cap drops them)."""
     return [messages[0], *messages[1 + k:]]
+
+
+def context_window(messages: list[dict], mode: str, turns: int) -> list[dict]:
+    """What a prompt shows of ``messages`` (system, then user and assistant by turns, the current user
+    message last) under ``RolloutConfig.context_window_mode`` and a window of ``turns`` (-1: all)."""
+    start = 1 if turns == -1 else max(1, len(messages) - (2 * turns - 1))  # the oldest user message shown
+    if mode == "full" or mode == "limited_multi_turn" and start == 1:
+        return messages
+    if mode == "limited_multi_turn":
+        return [messages[0], *messages[start:]]
+    earlier = messages[start:-1]  # single_turn: the earlier (user, assistant) pairs, as text
+    if not earlier:
+        return [messages[0], messages[-1]]
+    text = prompts.EARLIER_TURNS.format(n=len(earlier) // 2) + "".join(
+        prompts.EARLIER_TURN.format(shown=vision.message_text(u["content"]), reply=vision.message_text(a["content"]))
+        for u, a in zip(earlier[::2], earlier[1::2])) + prompts.CURRENT_TURN
+    current = messages[-1]["content"]
+    content = text + current if isinstance(current, str) else [{"type": "text", "text": text}, *current]
+    return [messages[0], {"role": "user", "content": content}]
 
 
 class RolloutRunner:
@@ -204,7 +242,7 @@ class RolloutRunner:
         messages, the messages it holds (the reply's prefill as an assistant message to continue)."""
         if not (self.policy.chat_images and prompts[i].images):
             return prompts[i]
-        kept = _without_oldest(envs[i].messages, dropped[i])
+        kept = _without_oldest(self._shown(envs[i]), dropped[i])
         return kept + ([{"role": "assistant", "content": self.prefill}] if self.prefill else [])
 
     def _record(self, i: int, gen, reply: str, record, envs, prompts, dropped, trajectories) -> None:
@@ -219,10 +257,11 @@ class RolloutRunner:
             entropies=gen.entropies, images=prompts[i].images))
         if envs[i].done:
             return
-        if envs[i].history_rewritten:  # earlier messages changed: encoded again from them next turn
+        messages = envs[i].messages
+        # earlier messages changed (max_images) or the context window leaves turns out: encoded again next turn
+        if envs[i].history_rewritten or self._shown(envs[i]) is not messages:
             prompts[i] = None
             return
-        messages = envs[i].messages
         prompts[i] = TokenPrompt(chat_encoding.extend(tok, prompts[i], gen.token_ids, messages, self.prefill),
                                  [*prompts[i].images, *vision.message_images(messages[-1:])])
 
@@ -239,7 +278,7 @@ class RolloutRunner:
         """Make env i's prompt fit the context (see the module docstring). True: it cannot, and the
         episode was ended."""
         limit = self.max_prompt_tokens
-        messages = envs[i].messages
+        messages = self._shown(envs[i])
         if prompts[i] is None:
             prompts[i] = TokenPrompt(self.policy.encode_chat(messages) + self.prefill_ids,
                                      vision.message_images(messages))
@@ -254,6 +293,12 @@ class RolloutRunner:
         envs[i].done = True
         trajectories[i].context_overflow = True
         return True
+
+    def _shown(self, env: ChatEnv) -> list[dict]:
+        """The messages env's prompt is built from: its chat under the context window (``context_window``;
+        the chat itself, the same list, when nothing is left out)."""
+        c = self.config
+        return context_window(env.messages, c.context_window_mode, c.max_context_window)
 
     def state_dict(self) -> dict:
         """Where the run's seed sequence stands (the same on every rank): a checkpoint's part."""

@@ -55,6 +55,8 @@ class Segment:
     generated: list[int]  # 1 where the model generated the token, 0 on prompt and env tokens
     logprobs: list[float]  # the sampling log-probability of generated tokens, 0.0 elsewhere
     images: list = field(default_factory=list)  # the images its placeholders stand for, in order
+    turns: list[int] = field(default_factory=list)  # the episode's turns it holds, in order
+    ends: list[int] = field(default_factory=list)  # per turn: the index in ids of its reply's last token
 
 
 @dataclass
@@ -82,7 +84,7 @@ class Trajectory:
         prompt plus the last reply, the generated tokens marked. Where the context cap dropped old
         turns the chain breaks and a new segment starts."""
         out: list[Segment] = []
-        for turn in self.turns:
+        for k, turn in enumerate(self.turns):
             last = out[-1] if out else None
             if last is not None and turn.prompt_ids[:len(last.ids)] == last.ids:
                 env = turn.prompt_ids[len(last.ids):]
@@ -93,6 +95,8 @@ class Trajectory:
             last.images = list(turn.images)  # the latest prompt shows every image of the chain
             last.generated.extend([0] * len(env) + [1] * len(turn.response_ids))
             last.logprobs.extend([0.0] * len(env) + list(turn.logprobs))
+            last.turns.append(k)
+            last.ends.append(len(last.ids) - 1)
         return out
 
     @property
