@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 
 from ragen_envs.agent import ChatEnv
-from ragen_envs.agent.parsing import THINK_OPEN
 from trainers.config import OrganismConfig, SFTConfig, organism_sft
 from trainers.sft import oracle_turn, reused, warm_start
 
@@ -51,10 +50,10 @@ def corpus(env_ids: list[str], sft: SFTConfig, episodes: int):
         for episode in range(episodes):
             chat.reset(seed=sft.seed + episode)
             while not chat.done:
-                text = oracle_turn(chat, rng, sft.imperfect)[0]
+                text = oracle_turn(chat, rng, sft.imperfect, sft.chat.prefill)[0]
                 if text is None:
                     break
-                chat.step(THINK_OPEN + text)
+                chat.step(sft.chat.prefill + text)
             yield from (m["content"] for m in chat.messages)
         chat.close()
 

@@ -52,7 +52,7 @@ class Demo:
 def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Demo]:
     """Oracle episodes of each env as per-turn (prompt, reply) token pairs."""
     rng = random.Random(config.seed)
-    prefill = THINK_OPEN if config.chat.enable_think else ""
+    prefill = config.chat.prefill
     prefill_ids = chat_encoding.tokenize(tokenizer, prefill) if prefill else []
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     demos = []
@@ -62,7 +62,7 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
             seed = config.seed + episode
             prompt = chat_encoding.encode_chat(tokenizer, chat.reset(seed=seed)) + prefill_ids
             while not chat.done:
-                text, oracle = oracle_turn(chat, rng, config.imperfect, think=bool(prefill))
+                text, oracle = oracle_turn(chat, rng, config.imperfect, prefill)
                 if text is None:
                     break
                 reply = chat_encoding.tokenize(tokenizer, text) + eos
@@ -74,8 +74,9 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
     return demos
 
 
-def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float, think: bool = True) -> tuple[str | None, bool]:
-    """A demonstrated reply (after the ``<think>`` prefill) for the chat's current state, and whether it is
+def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float,
+                prefill: str = THINK_OPEN) -> tuple[str | None, bool]:
+    """A demonstrated reply (after the ``prefill``) for the chat's current state, and whether it is
     the oracle's: a share ``imperfect`` of the turns of a finite action set plays a random valid action
     (the reasoning then says it is a guess). (None, True) where the oracle knows no action."""
     env = chat.env.unwrapped
@@ -86,7 +87,8 @@ def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float, think: bool
         action, oracle = rng.choice(chat.valid_actions), False
         reasoning = f"I am not sure which move is best here, so I try {action}."
     reasoning = reasoning or f"The best next step here is {action}."
-    return (f"{reasoning}</think><answer>{action}</answer>" if think else f"<answer>{action}</answer>"), oracle
+    reply = (f"{THINK_OPEN}{reasoning}</think>" if chat.config.enable_think else "") + f"<answer>{action}</answer>"
+    return reply[len(prefill):] if reply.startswith(prefill) else reply, oracle
 
 
 @dataclass

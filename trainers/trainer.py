@@ -202,9 +202,10 @@ class Trainer(TrainerBase):
         return trajectories
 
     def mi_due(self) -> bool:
-        """RAGEN's schedule: the first iteration, then every ``mi_every``-th (1-based)."""
+        """RAGEN's schedule: the first iteration, then every ``mi_every``-th (1-based); never without
+        thinking (``enable_think`` off: no reasoning Z to score, and RAGEN switches its detector off too)."""
         n, every = self.iteration + 1, self.config.mi_every
-        return bool(every) and (n == 1 or n % every == 0)
+        return bool(every) and (n == 1 or n % every == 0) and self.config.rollout.chat.enable_think
 
     def mi_diagnostics(self, trajectories) -> dict:
         """The MI proxies of both scopes and families (``trainers.mi.diagnostics``)."""

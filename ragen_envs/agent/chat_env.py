@@ -26,7 +26,7 @@ import numpy as np
 
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent import prompts, vision
-from ragen_envs.agent.parsing import parse_response
+from ragen_envs.agent.parsing import ANSWER_OPEN, THINK_OPEN, parse_response
 from ragen_envs.base import check_choices, check_positive_int, observation_text
 from ragen_envs.registry import ENVIRONMENTS
 
@@ -48,8 +48,8 @@ class ChatEnvConfig:
     enable_think: bool = True  # ask for <think>...</think> before <answer>
     format_penalty: float = -0.1  # added when a reply holds no valid action
     max_turns: int = 5  # model replies per episode at most
-    # the generation prompt ends with <think>, so each reply starts inside it (RAGEN's ctx_manager does;
-    # it also helps small models keep the format); only with enable_think
+    # the generation prompt ends with <think> (<answer> with enable_think off), so each reply starts
+    # inside it (RAGEN's ctx_manager does; it also helps small models keep the format)
     prefill_think: bool = True
     # the format penalty also when some of a reply's actions are invalid (RAGEN's es_manager), not only
     # when none is valid
@@ -67,6 +67,13 @@ class ChatEnvConfig:
         check_positive_int("max_turns", self.max_turns)
         if self.max_images is not None:
             check_positive_int("max_images", self.max_images)
+
+    @property
+    def prefill(self) -> str:
+        """What every reply starts with, given in the prompt (``prefill_think``)."""
+        if not self.prefill_think:
+            return ""
+        return THINK_OPEN if self.enable_think else ANSWER_OPEN
 
 
 class ChatEnv:

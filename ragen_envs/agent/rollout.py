@@ -36,7 +36,6 @@ import numpy as np
 from ragen_envs.agent import chat_encoding, prompts, vision
 from ragen_envs.agent.backends.base import Policy, Prompt, SamplingConfig, TokenPrompt
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
-from ragen_envs.agent.parsing import THINK_OPEN
 from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
 from ragen_envs.base import check_choices, check_positive_int
 
@@ -160,7 +159,7 @@ class RolloutRunner:
         self.next_seed = self.config.seed
         self.calls = 0
         chat = self.config.chat
-        self.prefill = THINK_OPEN if chat.enable_think and chat.prefill_think else ""  # opens every reply
+        self.prefill = chat.prefill  # opens every reply
         self.prefill_ids = chat_encoding.tokenize(policy.tokenizer, self.prefill) if self.prefill else []
         self._envs: list[ChatEnv] | None = None
 

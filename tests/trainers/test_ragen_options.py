@@ -258,3 +258,19 @@ def test_layout_keeps_rewards_in_order_of_samples():
     traj = Trajectory("x", 0, 0, [], [first, second], episode_return=3.0)
     layout = Layout.of(trajectory_samples(traj, 0, turn_scores=True), size=2, pad_id=0)
     assert [float(layout.rewards(i).sum()) for i in range(2)] == [1.0, 2.0]
+
+
+# -- enable_think=False: no-think RL -----------------------------------------------------------------
+def test_no_think_rl_prefills_the_answer_and_skips_mi(tokenizer, tmp_path):
+    from ragen_envs.agent import ChatEnvConfig
+
+    cfg = config(tmp_path, algorithm="grpo", mi_every=1, save_strategy="no")
+    cfg = TrainerConfig.from_dict({**cfg.to_dict(), "rollout": {**cfg.to_dict()["rollout"],
+                                                                 "chat": {"max_turns": 2, "enable_think": False}}})
+    trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    metrics = trainer.train()[-1]
+    assert not any(key.startswith("mi") for key in metrics) and "loss/policy" in metrics
+    assert tokenizer.decode(trainer.runner.collect()[0].turns[0].prompt_ids).endswith("assistant\n<answer>")
+    assert "<think>" not in trainer.runner.collect()[0].messages[0]["content"]
+    assert ChatEnvConfig(enable_think=False).prefill == "<answer>" and ChatEnvConfig().prefill == "<think>"
+    assert ChatEnvConfig(prefill_think=False).prefill == ""
