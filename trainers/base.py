@@ -23,7 +23,7 @@ from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import check_envs
 from ragen_envs.registry import env_for
-from trainers import checkpoint, mi, run_folder
+from trainers import checkpoint, lora, mi, run_folder
 from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig
 from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, distribute, full_state,
@@ -58,7 +58,7 @@ class TrainerBase:
         config: the hyperparameters.
         callbacks: objects with ``on_iteration_end(trainer, iteration, metrics)``.
         Resuming (``config.resume_from_checkpoint``) takes the same initial ``model``: it is the KL
-        reference, and the checkpoint's weights are loaded over it.
+        reference, and the checkpoint's weights (with LoRA, its adapter) are loaded over it.
         rollout_policy: another backend to generate rollouts (e.g. ``VLLMPolicy``), or a function with
             no arguments that builds it (called after the env, run folder and config are checked, so a
             bad argument is reported before a slow engine loads); it gets the new weights after each
@@ -99,6 +99,8 @@ class TrainerBase:
         if self.processor is not None:
             tokenizer = self.processor.tokenizer
         self.model, self.tokenizer = prepare_model(model, tokenizer, self.device, cfg.freeze_layers)
+        if cfg.lora_rank:  # in place, before the critic copies the model (its copy gets adapters of its own)
+            lora.add_adapters(self.model, cfg)
         self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device), processor=self.processor)
         self.callbacks = list(callbacks)
         if callable(rollout_policy) and not hasattr(rollout_policy, "generate"):

@@ -1,7 +1,8 @@
 """Checkpoint folders: ``checkpoint-<iteration>`` holding the model and tokenizer (transformers
 format, so ``ragen eval --model`` takes it), ``trainer.pt`` (optimizer, value head) and
 ``trainer_state.json`` (iteration, rollout calls, MI EMA, model, config). A folder is written beside
-its final name and renamed, so it is complete or absent.
+its final name and renamed, so it is complete or absent. A LoRA run's (``trainers.lora``) holds the merged
+model there and its adapter in ``adapter/`` (adapter_config.json, adapter_model.safetensors: peft's format).
 
 ``validate`` checks a checkpoint before any model is loaded (files present, state readable, the same
 algorithm and model); every problem is one ``ValueError`` line naming the folder and what is wrong."""
@@ -14,6 +15,8 @@ import shutil
 from pathlib import Path
 
 import torch
+
+from trainers import lora
 
 STATE_FILE = "trainer_state.json"
 TENSORS_FILE = "trainer.pt"
@@ -32,6 +35,10 @@ def save(output_dir: Path, iteration: int, model, tokenizer, tensors: dict, meta
     tmp = output_dir / f".checkpoint-{iteration}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    if lora.adapted(model):  # the adapter in adapter/, and the merged model, which loads as a plain one
+        state = model.state_dict() if state_dict is None else state_dict
+        lora.save_adapter(tmp, model, state)
+        state_dict = lora.merged(model, state)
     model.save_pretrained(tmp, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     torch.save(tensors, tmp / TENSORS_FILE)
@@ -83,6 +90,11 @@ def validate(path: Path, algorithm: str, model_name: str | None) -> dict:
     saved = meta["config"].get("algorithm") if isinstance(meta["config"], dict) else None
     if saved != algorithm:
         raise ValueError(f"checkpoint {path} was trained with --algorithm {saved}, this run uses {algorithm}")
+    adapter = [f"{lora.ADAPTER_DIR}/{name}" for name in (lora.CONFIG_FILE, lora.ADAPTER_FILE)] \
+        if meta["config"].get("lora_rank") else []
+    missing = [name for name in adapter if not (path / name).is_file()]
+    if missing:
+        raise ValueError(f"checkpoint {path} is incomplete: {', '.join(missing)} missing (a LoRA run's adapter)")
     if "model" in meta and meta["model"] != model_name:
         raise ValueError(f"checkpoint {path} continues model {meta['model'] or 'default'}, this run starts "
                          f"from {model_name or 'default'}: pass the same --model")
@@ -102,7 +114,11 @@ def load(path: Path, model) -> dict:
 
     weights = load_file(str(path / WEIGHTS_FILE))
     try:
-        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if lora.adapted(model):  # only the adapter trained: the base weights are the initial model's
+            lora.load_adapter(path, model, weights)
+            missing, unexpected = [], []
+        else:
+            missing, unexpected = model.load_state_dict(weights, strict=False)
     except RuntimeError as error:  # shape mismatches
         raise ValueError(f"checkpoint {path} does not fit the model: {str(error).splitlines()[-1].strip()}") \
             from None

@@ -77,6 +77,15 @@ class TrainerConfig:
     num_minibatches: int = 1  # optimizer steps per epoch when mini_batch_size is None
     micro_batch_size: int = 2  # sequences per forward/backward (gradient accumulation)
 
+    # -- LoRA: train low-rank adapters instead of the weights (RAGEN's lora.*; rank 0: off) ------
+    # the adapters' rank, 0: off (RAGEN's lora.rank); > 0 trains only them (peft, trainers/lora.py), the KL
+    # reference is the model with them off, and a checkpoint keeps the adapter beside the merged model
+    lora_rank: int = 0
+    lora_alpha: int = 64  # the adapters' scale is alpha / rank (RAGEN's lora.alpha)
+    # comma-separated module names, or "all-linear": every linear layer but the LM head (peft's meaning;
+    # RAGEN's lora.target_modules)
+    lora_target_modules: str = "all-linear"
+
     # -- devices: data parallel and precision -------------------------------------------------
     # under torchrun: "ddp" keeps a full copy of the model on every rank; "fsdp" shards weights, gradients
     # and optimizer state over the ranks (PyTorch's FSDP2, fully_shard), for models larger than one device
@@ -218,6 +227,9 @@ class TrainerConfig:
         check("epsilon_high", self.epsilon_high is None or self.epsilon_high > 0, "> 0 or None")
         check("dual_clip", self.dual_clip is None or self.dual_clip > 1, "> 1 or None")
         check("beta", self.beta >= 0, ">= 0")
+        check("lora_rank", self.lora_rank >= 0, ">= 0 (0: off)")
+        check("lora_alpha", self.lora_alpha > 0, "> 0")
+        check("lora_target_modules", bool(self.lora_target_modules.strip(" ,")), "module names or 'all-linear'")
         check("gamma", 0 <= self.gamma <= 1, "in [0, 1]")
         check("lam", 0 <= self.lam <= 1, "in [0, 1]")
         check("high_level_gamma", 0 <= self.high_level_gamma <= 1, "in [0, 1]")

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from trainers import lora
+
 RANK_SEED_STRIDE = 1_000_003  # rank r's env seeds start at seed + r * stride
 
 
@@ -108,20 +110,20 @@ def _full(value):
     return value.full_tensor().cpu() if isinstance(value, DTensor) else value
 
 
-def full_weights(model, sharded: bool) -> dict:
-    """The model's whole weights (for a checkpoint or another engine); with FSDP2 every rank must call it."""
-    if not sharded:
-        return model.state_dict()
-    return {name: _full(value) for name, value in model.state_dict().items()}
+def full_weights(model, sharded: bool, merge: bool = True) -> dict:
+    """The model's whole weights (for a checkpoint or another engine); with FSDP2 every rank must call it.
+    A LoRA model's are merged (base names, W + scale BA) unless ``merge`` is False."""
+    state = model.state_dict() if not sharded else {name: _full(value) for name, value in model.state_dict().items()}
+    return lora.merged(model, state) if merge and lora.adapted(model) else state
 
 
 def full_state(model, optimizer, sharded: bool) -> tuple[dict | None, dict]:
     """The full model weights (None: the model's own ``state_dict`` will do) and optimizer state, for a
     checkpoint, in the unsharded optimizer's format. With FSDP2 every rank must call it: shards are
-    gathered."""
+    gathered. A LoRA model's weights stay unmerged: the checkpoint writes its adapter and merges them."""
     if not sharded:
         return None, optimizer.state_dict()
-    weights = full_weights(model, sharded)
+    weights = full_weights(model, sharded, merge=False)
     state = optimizer.state_dict()
     state["state"] = {i: {k: _full(v) for k, v in entry.items()} for i, entry in sorted(state["state"].items())}
     return weights, state

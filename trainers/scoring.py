@@ -50,7 +50,9 @@ class TokenScorer(torch.nn.Module):
 def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, TokenScorer | None]:
     """(the scorer the update calls, the frozen KL reference's or None) for ``config`` (a
     ``TrainerConfig``): with GAE a zero-initialised value head, on a critic model of its own (RAGEN's,
-    verl's: a copy of the policy) or on the policy's trunk; the reference only when ``beta`` > 0."""
+    verl's: a copy of the policy) or on the policy's trunk; the reference only when ``beta`` > 0.
+    With LoRA the critic's copy has adapters of its own (RAGEN's critic takes the same lora settings), and
+    the reference is the policy's model with its adapters off (``trainers.lora``), not a copy."""
     gae = config.advantage == "gae"
     value_head = torch.nn.Linear(model.config.get_text_config().hidden_size, 1).to(device) if gae else None
     if value_head is not None:
@@ -58,7 +60,11 @@ def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, Toke
         torch.nn.init.zeros_(value_head.bias)
     critic_trunk = copy.deepcopy(model).train() if gae and config.critic == "separate" else None
     reference = None
-    if config.beta > 0:
+    if config.beta > 0 and config.lora_rank:
+        from trainers.lora import BaseModelScorer
+
+        reference = BaseModelScorer(model, None, config.rollout.sampling.temperature, banned=banned)
+    elif config.beta > 0:
         reference = TokenScorer(copy.deepcopy(model).eval().requires_grad_(False), None,
                                 config.rollout.sampling.temperature, banned=banned)
     scorer = TokenScorer(model, value_head, config.rollout.sampling.temperature, critic_trunk=critic_trunk,

@@ -104,7 +104,7 @@ def test_train_help_reads_in_groups(capsys):
     main(["train", "--help"])
     groups = [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith(" ")][1:]
     assert [g.split(":")[0].split(" (")[0] for g in groups] == [
-        "options", "model", "run", "rollout", "chat", "sampling", "optimisation", "devices", "algorithm",
+        "options", "model", "run", "rollout", "chat", "sampling", "optimisation", "LoRA", "devices", "algorithm",
         "filter", "RAGEN's reward and advantage options", "MI", "gradient probe", "validation", "output"]
 
 
@@ -458,3 +458,17 @@ def test_trajectories_are_kept_when_saving_fails_at_the_end(model_dir, tmp_path,
     kept = Path(re.search(r"kept in (\S+) instead", captured.err).group(1))
     assert "No space left on device" in captured.err and len(kept.read_text().splitlines()) == 2
     kept.unlink()
+
+
+def test_the_readmes_ragen_options_table_names_real_flags(capsys):
+    """Every flag in the README's table of RAGEN's other training options is one `ragen train` has."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("RAGEN's other training options", 1)[1].split("\n\n", 2)[1]
+    named = {re.sub(r"\s.*", "", cell).replace("\\", "") for cell in re.findall(r"`(--[^`]+)`", table)}
+    assert len(named) >= 12
+    main(["train", "--help"])
+    usage = capsys.readouterr().out
+    forms = {f: (f, f.replace("--no-", "--[no-]"), f.replace("--", "--[no-]", 1)) for f in named}
+    assert not {f for f, spelt in forms.items() if not any(form in usage for form in spelt)}

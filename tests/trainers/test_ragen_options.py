@@ -265,8 +265,9 @@ def test_no_think_rl_prefills_the_answer_and_skips_mi(tokenizer, tmp_path):
     from ragen_envs.agent import ChatEnvConfig
 
     cfg = config(tmp_path, algorithm="grpo", mi_every=1, save_strategy="no")
-    cfg = TrainerConfig.from_dict({**cfg.to_dict(), "rollout": {**cfg.to_dict()["rollout"],
-                                                                 "chat": {"max_turns": 2, "enable_think": False}}})
+    data = cfg.to_dict()
+    data["rollout"]["chat"] = {"max_turns": 2, "enable_think": False}
+    cfg = TrainerConfig.from_dict(data)
     trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[-1]
     assert not any(key.startswith("mi") for key in metrics) and "loss/policy" in metrics
