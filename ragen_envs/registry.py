@@ -121,12 +121,21 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/Bandit-v0", "ragen_envs.bandit:BanditEnv",
              "pull one of two arms whose names hint at their payouts (a sure 0.1, or 1 a quarter of the time)",
              presets=ONE_REPLY, max_tokens=100),
+    EnvEntry("Ragen/BanditTest-v0", "ragen_envs.bandit:BanditEnv",
+             "the bandit with its held-out arm names, never seen in training (RAGEN's BanditTest)",
+             kwargs={"split": "test"}, presets=ONE_REPLY, max_tokens=100),
     # RAGEN's SimpleSudoku: 20 placements (one a reply here), 150 tokens a reply
     EnvEntry("Ragen/Sudoku-v0", "ragen_envs.sudoku:SudokuEnv",
              "fill a 9x9 Sudoku one number at a time; generated puzzles with one solution, 40% of cells empty",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 20, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 150}}}},
              max_tokens=150, test_kwargs={"size": 4}),
+    # RAGEN's MediumSudoku: half the cells empty (its "medium"; SimpleSudoku's "easy" is 40%), 30 placements
+    EnvEntry("Ragen/SudokuMedium-v0", "ragen_envs.sudoku:SudokuEnv",
+             "Sudoku with half of the cells empty (RAGEN's MediumSudoku)", kwargs={"holes": 40},
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 30, "max_actions_per_turn": 1},
+                                                  "sampling": {"max_new_tokens": 150}}}},
+             max_tokens=150, test_kwargs={"size": 4, "holes": 8}),
     # RAGEN's game_2048: one move a reply, 256 tokens a reply, episodes of up to 700 moves; the shared
     # tests play to an 8 tile
     EnvEntry("Ragen/2048-v0", "ragen_envs.game2048:Game2048Env",
