@@ -82,6 +82,9 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
              kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120),
+    EnvEntry("Ragen/SokobanGridVocab-v0", "ragen_envs.sokoban:SokobanEnv",
+             "Sokoban drawn in other symbols, W . G C B A @ (RAGEN's SokobanDifferentGridVocab)",
+             kwargs={"symbols": "W.GCBA@"}, presets=TEN_ACTIONS, max_tokens=100),
     # RAGEN's VisualSimpleSokoban: the board as an image each turn (a vision-language model's env)
     EnvEntry("Ragen/SokobanVisual-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban seen as an image (RAGEN's VisualSimpleSokoban); for vision-language models",

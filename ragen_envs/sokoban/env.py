@@ -40,7 +40,9 @@ None if the solve ran past ``solver_nodes`` (about 3% of 10x10 rooms with 3 boxe
 ``search_depth=300`` (moves of reverse play; deeper walks give harder levels), ``solver_nodes=8000``
 (states the optimal-length solve at reset may expand before it reports None: it bounds the reset's
 cost; at 10x10 with 3 boxes about 3% of levels exceed it, the default rooms never),
-``observation_format="grid"``, ``observation_type="text"``, ``render_mode`` (``ansi``,
+``observation_format="grid"``, ``observation_type="text"``, ``symbols="#_O√XPS"`` (the ``grid`` symbols of
+wall, floor, target, box on target, box, player, player on target; RAGEN's SokobanDifferentGridVocab
+uses ``"W.GCBA@"``), ``render_mode`` (``ansi``,
 ``rgb_array``, ``human``).
 """
 
@@ -64,10 +66,11 @@ SOLVED_REWARD = 10.0
 INSTRUCTIONS = """You are solving the Sokoban puzzle. You are the player; push all boxes onto targets.
 When you are right next to a box, you can push it by moving in the same direction.
 You cannot push a box through a wall, and you cannot pull a box.
-Symbols: # wall, _ floor, O target, X box, √ box on target, P player, S player on target.
+Symbols: {legend}.
 Rewards: -0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed off a target,
 +10 when every box is on a target.
 Valid actions: Up, Down, Left, Right."""
+TILE_NAMES = ("wall", "floor", "target", "box on target", "box", "player", "player on target")  # in tile order
 
 
 def _atlas() -> np.ndarray:
@@ -91,14 +94,17 @@ class SokobanEnv(GridEnv):
 
     SYMBOLS = "#_O√XPS"
     ATLAS = _atlas()
-    instructions = INSTRUCTIONS
     # a step pays its penalty plus a box pushed on or off a target, plus the bonus on the last box
     reward_range = (STEP_PENALTY + BOX_OFF_PENALTY, STEP_PENALTY + BOX_ON_REWARD + SOLVED_REWARD)
 
     def __init__(self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
                  search_depth: int = 300, solver_nodes: int = 8000, observation_format: str = "grid",
-                 observation_type: str = "text", render_mode: str | None = None):
+                 observation_type: str = "text", symbols: str = SYMBOLS, render_mode: str | None = None):
         rows, cols = _pair("dim_room", dim_room)
+        if not isinstance(symbols, str) or len(symbols) != len(TILE_NAMES) or len(set(symbols)) != len(symbols) \
+                or any(ch.isspace() for ch in symbols):
+            raise ValueError(f"symbols must be {len(TILE_NAMES)} different characters, one for each of "
+                             f"{', '.join(TILE_NAMES)} (default {self.SYMBOLS!r}), got {symbols!r}")
         if rows * cols > 400:
             raise ValueError(f"dim_room must have at most 400 cells, got {dim_room!r}")
         inner = (max(rows - 2, 0), max(cols - 2, 0))
@@ -113,6 +119,9 @@ class SokobanEnv(GridEnv):
         check_positive_int("search_depth", search_depth)
         check_positive_int("solver_nodes", solver_nodes)
         super().__init__((rows, cols), max_steps, observation_format, observation_type, render_mode)
+        self.SYMBOLS = symbols  # the board's text, the legend and reset's "level" option all use them
+        said = (WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET)  # the legend's order, as always
+        self.instructions = INSTRUCTIONS.format(legend=", ".join(f"{symbols[k]} {TILE_NAMES[k]}" for k in said))
         self.dim_room = (rows, cols)
         self.num_boxes = num_boxes
         self.search_depth = search_depth

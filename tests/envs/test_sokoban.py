@@ -206,3 +206,24 @@ def test_kwargs_pass_through():
     assert len(rows) == 7 and all(len(r) == 8 for r in rows)
     assert sum(r.count("X") + r.count("√") for r in rows) == 2
     assert env.unwrapped.max_steps == 30
+
+
+def test_other_symbols_draw_the_same_game():
+    """RAGEN's SokobanDifferentGridVocab: the same levels and moves, written in W . G C B A @."""
+    plain, vocab = gym.make("Ragen/Sokoban-v0"), gym.make("Ragen/SokobanGridVocab-v0")
+    table = str.maketrans(SokobanEnv.SYMBOLS, "W.GCBA@")
+    for seed in range(5):
+        a, _ = plain.reset(seed=seed)
+        b, _ = vocab.reset(seed=seed)
+        assert a.translate(table) == b
+        for action in ("Up", "Left", "Down", "Right"):
+            a, ra, *_ = plain.step(action)
+            b, rb, *_ = vocab.step(action)
+            assert a.translate(table) == b and ra == rb
+    assert "W wall, . floor, G target, B box, C box on target, A player, @ player on target" in \
+        vocab.unwrapped.instructions
+    replayed, _ = vocab.reset(options={"level": b})  # a level given in its own symbols
+    assert replayed == b
+    for bad in ("W.GCBA", "W.GCBAA", "W.GC A@"):
+        with pytest.raises(ValueError, match="symbols"):
+            SokobanEnv(symbols=bad)
