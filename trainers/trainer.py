@@ -13,7 +13,9 @@ One iteration (``iteration_step``), top to bottom, each phase a method below it:
 4. ``_filter``: each group scored (``filter_metric``) and kept by ``filter`` (``trainers.filtering``:
    RAGEN's selection rules), over all ranks' groups; a streak of empty iterations stops the run.
 5. ``_advantages``: the kept samples' (``algorithms.advantages``: GAE across segments for PPO,
-   group-relative for GRPO, DAPO and Dr. GRPO), after the no-grad pass where the update needs it.
+   group-relative for GRPO, DAPO and Dr. GRPO), after the no-grad pass where the update needs it,
+   then scaled by RAGEN's advantage options (``_advantage_factors``). The filter and the advantages
+   see the returns after RAGEN's reward normalization (``_returns``, ``trainers.rewards``; off by default).
 6. ``_probe``: on ``gradient_analysis_every``'s iterations, the gradient probe (``trainers.gradient_probe``):
    each loss term's gradient norm by reward-std bucket of the kept batch (or of a batch of its own),
    no step taken.
@@ -256,7 +258,8 @@ class Trainer(TrainerBase):
         metrics.update(filter_stats(all_returns, kept))
         if not training:
             return self._kept(layout, stats, kept, all_returns, groups)
-        if cfg.log_group_rv_table and self.rank == 0:
+        # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
+        if cfg.log_group_rv_table and self.rank == 0 and not cfg.exit_after_gradient_analysis:
             self._log_group_rv(all_returns, kept, runner)
         self.empty_filter_streak = 0 if len(kept) else self.empty_filter_streak + 1
         metrics["filter/empty_streak"] = float(self.empty_filter_streak)
