@@ -161,6 +161,16 @@ CATALOGUE: list[EnvEntry] = [
              max_tokens=8000),
 ]
 
+# RAGEN's env configs (config/envs.yaml) with no entry here, and what each would need: `ragen list` says so.
+NOT_IN_CATALOGUE = {
+    "ALFWorld": "ALFWorld's game files (ALFRED's PDDL scenes, fetched by alfworld-download from GitHub) and the "
+                "alfworld and textworld packages; no package ships the games or a generator for them",
+    "Lean": "a Lean 4 toolchain with Mathlib (installed by elan from GitHub) to check proofs; no package ships one",
+    "WebShopFull": "WebShop's full product and goal data (non-commercial licence, a download): give its folder "
+                   "as Ragen/WebShop-v0's dataset= argument",
+    "SearchQAMock": "nothing: Ragen/SearchQA-v0 already runs without a retrieval server, on its built-in corpus",
+}
+
 #: id -> entry, in catalogue order.
 ENVIRONMENTS: dict[str, EnvEntry] = {entry.id: entry for entry in CATALOGUE}
 

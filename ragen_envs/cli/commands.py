@@ -27,7 +27,8 @@ from ragen_envs.agent import vision
 from ragen_envs.cli import args as cli_args
 from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
-from ragen_envs.registry import CLIENTS, ENVIRONMENTS, markdown_table, missing_modules, system_problem
+from ragen_envs.registry import (CLIENTS, ENVIRONMENTS, NOT_IN_CATALOGUE, markdown_table, missing_modules,
+                                 system_problem)
 
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
 # out with vLLM, loading the new weights into it after each update).
@@ -90,6 +91,9 @@ def cmd_list(args) -> int:
         ready = f'pip install "ragen-envs[{e.extra}]"' if missing_modules(e) else \
             f"install {e.system}" if system_problem(e) else "yes"
         print(f"{e.id:28s} {e.extra or '-':7s} {e.offline_data or 'no (network)':20s} {ready:24s} {e.description}")
+    print("\nRAGEN's envs without an entry here, and what each needs:")
+    for name, needs in NOT_IN_CATALOGUE.items():
+        print(f"  {name}: {needs}")
     return 0
 
 

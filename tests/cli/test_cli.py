@@ -209,11 +209,15 @@ def test_a_config_file_takes_the_flag_names_too(tmp_path):
 
 def test_list_shows_the_catalogue(capsys):
     from ragen_envs import ENVIRONMENTS
-    from ragen_envs.registry import markdown_table
+    from ragen_envs.registry import NOT_IN_CATALOGUE, markdown_table
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert all(env_id in out for env_id in ENVIRONMENTS)
+    # RAGEN's envs with no entry, each with what it needs
+    assert all(f"  {name}: {needs}" in out for name, needs in NOT_IN_CATALOGUE.items())
+    assert {"ALFWorld", "Lean"} <= set(NOT_IN_CATALOGUE) and not set(NOT_IN_CATALOGUE) & {
+        e.id.split("/")[1].split("-")[0] for e in ENVIRONMENTS.values()}
     assert main(["list", "--markdown"]) == 0
     assert capsys.readouterr().out.strip() == markdown_table()
 
@@ -338,7 +342,7 @@ def test_list_says_which_envs_lack_their_extra(capsys, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bm25s" else real(name, *a))
     assert main(["list"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]}
     searching = [e.id for e in ENVIRONMENTS.values() if "bm25s" in e.requires]
     assert searching and all('pip install "ragen-envs[search]"' in lines[i] for i in searching)
     core = [e.id for e in ENVIRONMENTS.values() if not e.extra and not e.system]
@@ -413,7 +417,7 @@ def test_list_says_which_envs_lack_their_system_program(capsys, monkeypatch):
 
     monkeypatch.setattr(commands, "system_problem", lambda entry: "not here" if entry.system else None)
     assert main(["list"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]}
     from ragen_envs.registry import missing_modules
 
     needing = [e for e in ENVIRONMENTS.values() if e.system and not missing_modules(e)]
