@@ -233,7 +233,6 @@ class TrainerConfig:
         check("gamma", 0 <= self.gamma <= 1, "in [0, 1]")
         check("lam", 0 <= self.lam <= 1, "in [0, 1]")
         check("high_level_gamma", 0 <= self.high_level_gamma <= 1, "in [0, 1]")
-        self._check_ragen_options()
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
@@ -245,10 +244,12 @@ class TrainerConfig:
                 setattr(self, name, defaults[name])
         if self.epsilon_high is None:
             self.epsilon_high = self.epsilon
+        self._check_ragen_options()
 
     def _check_ragen_options(self) -> None:
-        """Combinations RAGEN's code refuses (or would silently ignore) are errors here."""
-        advantage = self.advantage or ALGORITHM_DEFAULTS[self.algorithm]["advantage"]
+        """Combinations RAGEN's code refuses (or would silently ignore) are errors here (after the
+        algorithm's defaults are in)."""
+        advantage = self.advantage
         for name in ("soft_advantage_reweight", "grpo_advantage_length_weight"):
             if getattr(self, name) and advantage != "group":
                 raise ValueError(f"{name} acts on group advantages (RAGEN applies it under GRPO only); "

@@ -62,7 +62,7 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
             seed = config.seed + episode
             prompt = chat_encoding.encode_chat(tokenizer, chat.reset(seed=seed)) + prefill_ids
             while not chat.done:
-                text, oracle = oracle_turn(chat, rng, config.imperfect, prefill)
+                text, oracle = oracle_turn(chat, rng, config.imperfect)
                 if text is None:
                     break
                 reply = chat_encoding.tokenize(tokenizer, text) + eos
@@ -74,9 +74,8 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
     return demos
 
 
-def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float,
-                prefill: str = THINK_OPEN) -> tuple[str | None, bool]:
-    """A demonstrated reply (after the ``prefill``) for the chat's current state, and whether it is
+def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float) -> tuple[str | None, bool]:
+    """A demonstrated reply (after the chat's prefill) for the chat's current state, and whether it is
     the oracle's: a share ``imperfect`` of the turns of a finite action set plays a random valid action
     (the reasoning then says it is a guess). (None, True) where the oracle knows no action."""
     env = chat.env.unwrapped
@@ -88,7 +87,7 @@ def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float,
         reasoning = f"I am not sure which move is best here, so I try {action}."
     reasoning = reasoning or f"The best next step here is {action}."
     reply = (f"{THINK_OPEN}{reasoning}</think>" if chat.config.enable_think else "") + f"<answer>{action}</answer>"
-    return reply[len(prefill):] if reply.startswith(prefill) else reply, oracle
+    return reply[len(chat.config.prefill):], oracle  # the prefill opens every reply: <think>, <answer> or nothing
 
 
 @dataclass
