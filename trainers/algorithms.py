@@ -153,10 +153,11 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     return 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2)
 
 
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1 (always >= 0)."""
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from samples of pi: ``low_var_kl``, k3 = exp(ref - logp) -
+    (ref - logp) - 1 (always >= 0); ``kl``, k1 = logp - ref (unbiased, but negative on some tokens)."""
     diff = ref_logp - logp
-    return torch.exp(diff) - diff - 1
+    return torch.exp(diff) - diff - 1 if kind == "low_var_kl" else -diff
 
 
 def advantages(layout, chosen: list[int], kind: str, values: list | None = None, gamma: float = 1.0,
@@ -225,7 +226,7 @@ def loss_terms(config, mask: torch.Tensor, norm: Normalizer, logp: torch.Tensor,
     parts = {"loss/policy": terms["task"].item(), "loss/clip_frac": aggregate(clipped, mask, "dapo", norm).item(),
              "loss/approx_kl": aggregate(old_logp - logp.detach(), mask, "dapo", norm).item()}
     if config.beta > 0:
-        kl = aggregate(kl_k3(logp, ref_logp), mask, config.loss_type, norm)
+        kl = aggregate(kl_estimate(logp, ref_logp, config.kl_loss_type), mask, config.loss_type, norm)
         terms["kl"] = config.beta * kl
         parts["loss/kl"] = kl.item()
     ent = aggregate(entropy, mask, config.loss_type, norm)

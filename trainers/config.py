@@ -23,6 +23,7 @@ BUCKET_MODES = ("quantile", "fixed_rv")  # the gradient probe's bucketing (train
 NORM_GROUPINGS = ("state", "batch", "inductive")  # reward normalization (trainers/rewards.py)
 NORM_METHODS = ("identity", "mean", "mean_std", "asym_clip")
 LOSS_SCALINGS = ("none", "linear", "sqrt")
+KL_TYPES = ("low_var_kl", "kl")  # trainers.algorithms.kl_estimate
 PROBE_TERMS = ("task", "entropy", "kl")  # the loss terms it backpropagates alone, then their "total"
 
 # Per algorithm: the defaults of the fields left as None, from RAGEN's main-table runs
@@ -105,7 +106,10 @@ class TrainerConfig:
     epsilon: float = 0.2  # lower clip of the ratio
     epsilon_high: float | None = 0.28  # upper clip (RAGEN's clip_ratio_high); None: epsilon
     dual_clip: float | None = 3.0  # cap of the loss at -c A where A < 0 (verl's clip_ratio_c); None: off
-    beta: float = 0.0  # KL(pi || ref) coefficient, k3 estimator (RAGEN's runs: off)
+    beta: float = 0.0  # KL(pi || ref) coefficient (RAGEN's kl_loss_coef with use_kl_loss; its runs: off)
+    # the per-token KL estimate: low_var_kl, k3 = exp(ref - logp) - (ref - logp) - 1 (RAGEN's main table and
+    # gradient probe) | kl, k1 = logp - ref (verl's "kl", base.yaml's, which RAGEN's top-p and KL sweeps keep)
+    kl_loss_type: Literal[KL_TYPES] = "low_var_kl"
     entropy_coef: float = 0.001  # entropy bonus coefficient (RAGEN's entropy_coeff)
     # grpo | dapo | bnpo | dr_grpo | seq_sum; None: the algorithm's (the table in trainers/config.py)
     loss_type: Literal[LOSS_TYPES] | None = None

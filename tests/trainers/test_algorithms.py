@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -72,10 +73,13 @@ def test_aggregation_by_hand_and_micro_batches_add_up():
         alg.aggregate(per_token, mask, "sum", norm)
 
 
-def test_kl_k3_by_hand():
-    kl = alg.kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
-    assert kl.item() == pytest.approx(0.5 - math.log(0.5) - 1)
-    assert alg.kl_k3(torch.tensor([0.3]), torch.tensor([0.3])).item() == 0
+def test_kl_estimates_by_hand():
+    logp, ref = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])
+    assert alg.kl_estimate(logp, ref).item() == pytest.approx(0.5 - math.log(0.5) - 1)  # k3: r - log r - 1
+    assert alg.kl_estimate(torch.tensor([0.3]), torch.tensor([0.3])).item() == 0
+    assert alg.kl_estimate(logp, ref, "kl").item() == pytest.approx(math.log(2))  # k1: log pi - log ref
+    assert alg.kl_estimate(ref, logp, "kl").item() == pytest.approx(-math.log(2))  # k1 can be negative, k3 not
+    assert alg.kl_estimate(ref, logp).item() > 0
 
 
 def test_clipped_value_loss_by_hand():
@@ -132,10 +136,13 @@ def test_the_total_loss_is_its_parts_composed():
     loss, parts = alg.total_loss(cfg, mask, norm, logp, entropy, old, adv, ref, values, old_values, returns)
     policy = alg.aggregate(alg.clipped_policy_loss(logp, old, adv, cfg.epsilon, cfg.epsilon_high, cfg.dual_clip)[0],
                            mask, cfg.loss_type, norm)
-    kl = alg.aggregate(alg.kl_k3(logp, ref), mask, cfg.loss_type, norm)
+    kl = alg.aggregate(alg.kl_estimate(logp, ref), mask, cfg.loss_type, norm)
     ent = alg.aggregate(entropy, mask, cfg.loss_type, norm)
     value = alg.aggregate(alg.clipped_value_loss(values, old_values, returns, cfg.cliprange_value), mask, "dapo", norm)
     assert loss.item() == pytest.approx((policy + 0.1 * kl - 0.01 * ent + cfg.vf_coef * value).item(), rel=1e-6)
     assert parts["loss/kl"] == pytest.approx(kl.item()) and parts["loss/value"] == pytest.approx(value.item())
     no_critic, parts = alg.total_loss(TrainerConfig(), mask, norm, logp, entropy, old, adv)
     assert "loss/value" not in parts and "loss/kl" not in parts
+    k1 = replace(cfg, kl_loss_type="kl")  # RAGEN's top-p and KL sweeps keep verl's plain estimate
+    _, parts = alg.total_loss(k1, mask, norm, logp, entropy, old, adv, ref, values, old_values, returns)
+    assert parts["loss/kl"] == pytest.approx(alg.aggregate(logp - ref, mask, cfg.loss_type, norm).item())
