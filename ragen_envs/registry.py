@@ -146,6 +146,16 @@ CATALOGUE: list[EnvEntry] = [
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 700, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 256}}}},
              max_tokens=8192, test_kwargs={"target": 8}),
+    # RAGEN's rubikscube (config/_10_rubikscube.yaml): 25 replies of up to 4 moves, 500 tokens a reply, the
+    # last 5 turns in the prompt; 20 moves an episode (max_steps' default)
+    EnvEntry("Ragen/RubiksCube-v0", "ragen_envs.rubikscube:RubiksCubeEnv",
+             "solve a 2x2 Rubik's Cube in quarter turns (U, U', ... B'); scrambles an exact number of turns "
+             "from solved",
+             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 25, "max_actions_per_turn": 4},
+                                                  "sampling": {"max_new_tokens": 500},
+                                                  "context_window_mode": "limited_multi_turn",
+                                                  "max_context_window": 5}}},
+             max_tokens=96),
     # RAGEN's DeepCoder run (ragen/env/deepcoder/run.sh): 16 groups of 8, one reply of up to 5,000 tokens,
     # mini-batches of 4, 200 steps, top-p 0.9 (linear) without zero-variance groups
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",

@@ -1,0 +1,3 @@
+from ragen_envs.rubikscube.env import RubiksCubeEnv
+
+__all__ = ["RubiksCubeEnv"]
