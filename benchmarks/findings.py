@@ -107,22 +107,73 @@ def training(args) -> dict:
     return {**base, **{k: v for k, v in given.items() if v is not None}}
 
 
-def results_folder(args, script: str) -> Path:
+def results_folder(args, script: str, s: Scale | None = None) -> Path:
+    """The results folder, with ``config.json``: the script's arguments and scale (``s``, else ``scale(args)``)."""
     out = Path(args.out or Path(__file__).parent / "results" / (script + ("-quick" if args.quick else "")))
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.json"
     if not (getattr(args, "finished_only", False) and config.is_file()):  # a summary keeps the sweep's own record
-        config.write_text(json.dumps({"script": script, **vars(args), "scale": asdict(scale(args))}, indent=2) + "\n")
+        record = {"script": script, **vars(args), "scale": asdict(s or scale(args))}
+        config.write_text(json.dumps(record, indent=2) + "\n")
     return out
 
 
-def warm_model(args) -> str:
-    """``--model``, else the demo env's organism (built on first use, about 3 minutes on 2 cores, then cached)."""
+def preset_name(args) -> str:
+    """The preset a RAGEN experiment runs at: RAGEN's own with ``--model``, else the organism's."""
+    return "ragen2-main" if args.model else "organism"
+
+
+def preset_scale(args, env: str, iterations: int | None = None) -> Scale:
+    """``preset_name(args)``'s scale for ``env`` (its P x G, turns and reply budget; ``iterations``, else its
+    own): with ``--model`` one seed, as RAGEN runs, played on RAGEN's 512 validation episodes; for the
+    organism ORGANISM's seeds and episodes. ``--quick``: two iterations of 2 x 4. The scale flags go over it."""
+    from trainers import TrainerConfig
+
+    c = TrainerConfig.from_preset(preset_name(args), env)
+    base = Scale(iterations=iterations or c.num_iterations, groups=c.rollout.n_groups,
+                 group_size=c.rollout.group_size, max_turns=c.rollout.chat.max_turns,
+                 max_new_tokens=c.rollout.sampling.max_new_tokens,
+                 val_episodes=c.eval_episodes if args.model else ORGANISM.val_episodes,
+                 seeds=1 if args.model else ORGANISM.seeds)
+    if args.quick:
+        base = replace(base, iterations=2, groups=2, group_size=4, val_episodes=8, seeds=1)
+    return replace(base, **{k: getattr(args, k) for k in asdict(base) if getattr(args, k, None) is not None})
+
+
+def preset_config(args, env: str, s: Scale, seed: int, fields: dict):
+    """``preset_name(args)``'s TrainerConfig for ``env`` at scale ``s``, training seed the preset's + ``seed``,
+    saved as a cell is (every CELL_SAVE_STEPS, the newest kept), with ``--learning-rate`` and
+    ``--freeze-layers`` where given, then ``fields`` (``env_kwargs`` in the flat form, over the preset's).
+    Minibatches stay a quarter of the batch (RAGEN's rule); the trainer validates only at RAGEN's scale."""
+    from ragen_envs.agent.rollout import env_kwargs_by_id
+    from trainers import TrainerConfig
+
+    fields = dict(fields)
+    base = TrainerConfig.from_preset(preset_name(args), env)
+    r = base.rollout
+    kwargs = {**env_kwargs_by_id({env: 1}, r.env_kwargs).get(env, {}), **fields.pop("env_kwargs", {})}
+    rollout = replace(r, n_groups=s.groups, group_size=s.group_size, seed=r.seed + seed, env_kwargs=kwargs,
+                      chat=replace(r.chat, max_turns=s.max_turns),
+                      sampling=replace(r.sampling, max_new_tokens=s.max_new_tokens))
+    same_batch = (s.groups, s.group_size) == (r.n_groups, r.group_size)
+    given = {k: v for k, v in (("learning_rate", args.learning_rate), ("freeze_layers", args.freeze_layers))
+             if v is not None}
+    cell = dict(num_iterations=s.iterations, overwrite_output_dir=True,
+                mini_batch_size=base.mini_batch_size if same_batch else max(1, s.groups * s.group_size // 4),
+                eval_steps=base.eval_steps if args.model and not args.quick else 0,
+                save_steps=CELL_SAVE_STEPS, save_total_limit=1, save_rollouts_steps=0, logging_steps=0, plot=False)
+    # made again from the preset, not replaced in ``base``: another algorithm gets its own defaults
+    return TrainerConfig.from_preset(preset_name(args), env, **{**cell, **given, **fields, "rollout": asdict(rollout)})
+
+
+def warm_model(args, env: str = WARM_ENV) -> str:
+    """``--model``, else ``env``'s organism (built on first use, about 3 minutes on 2 cores for the demo env,
+    then cached)."""
     if args.model:
         return args.model
     from trainers.organism import default_organism
 
-    return default_organism([WARM_ENV])
+    return default_organism([env])
 
 
 def organism_parser(description: str) -> argparse.ArgumentParser:
@@ -182,15 +233,16 @@ def trainer_config(s: Scale, seed: int, train: dict, **fields):
     return TrainerConfig(**{**base, **fields})
 
 
-def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int) -> dict:
+def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int, chat=None) -> dict:
     """Greedy success on ``s.val_episodes`` held-out episodes (env seeds from ``val_seed`` = HELD_OUT_SEED +
     seed), with the success of random valid actions on the same episodes beside it, and each episode's
-    outcome (``val_wins``, "1" won, "0" lost, by env seed): runs evaluated on the same maps compare map by map."""
+    outcome (``val_wins``, "1" won, "0" lost, by env seed): runs evaluated on the same maps compare map by map.
+    ``chat``: the runs' ChatEnvConfig (None: the default one with ``s.max_turns``)."""
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
     from ragen_envs.agent.baseline import play_held_out, summarise_held_out
 
     config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=HELD_OUT_SEED + seed, env_kwargs=env_kwargs,
-                           chat=ChatEnvConfig(max_turns=s.max_turns),
+                           chat=chat or ChatEnvConfig(max_turns=s.max_turns),
                            sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=0.0))
     rows = play_held_out(policy, env, config, seed)
     return {**{f"val_{k}": v for k, v in summarise_held_out(rows).items()}, "val_seed": config.seed,
@@ -258,7 +310,7 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
         done.rename(done.with_name(f"result-{stored.get('val_episodes', 'unknown')}-episodes.json"))
         if trained:
             policy = PolicyConfig(args.backend, str(final), device=args.device).make()
-            result = {**stored, **evaluate(policy, env, config.rollout.env_kwargs, s, seed)}
+            result = {**stored, **evaluate(policy, env, config.rollout.env_kwargs, s, seed, chat=config.rollout.chat)}
             done.write_text(json.dumps(result, indent=2) + "\n")
             return result
     rollout_policy = PolicyConfig("vllm", model).make() if args.backend == "vllm" else None
@@ -271,42 +323,50 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     trainer = Trainer(model, env, config, device=args.device, rollout_policy=rollout_policy)
     trainer.train()
     result = {"cell": name, "seed": seed, **run_summary(read_metrics(run)),
-              **evaluate(trainer.policy, env, config.rollout.env_kwargs, s, seed),
+              **evaluate(trainer.policy, env, config.rollout.env_kwargs, s, seed, chat=config.rollout.chat),
               "wall_s": time.perf_counter() - start, "resumed": resume, "config": config.to_dict()}
     done.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: int) -> dict:
-    """The untrained model on the held-out episodes the cells of ``seed`` (and ``env_kwargs``) play: what a
-    run's lift is measured from, map by map. Kept in ``start[-<kwargs>]-seed<seed>/result.json`` and played
-    again where the episodes differ; ``policy`` is called to build the model only then."""
+def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: int, chat=None) -> dict:
+    """The untrained model on the held-out episodes the cells of ``seed`` (and ``env_kwargs``, ``chat``) play:
+    what a run's lift is measured from, map by map. Kept in ``start[-<kwargs>]-seed<seed>/result.json`` and
+    played again where the episodes differ; ``policy`` is called to build the model only then."""
+    from ragen_envs.agent import ChatEnvConfig
+
     tag = "".join(f"-{k}{v}" for k, v in sorted(env_kwargs.items()))
     done = out / f"start{tag}-seed{seed}" / "result.json"
     episodes = {"env_kwargs": env_kwargs, "val_episodes": s.val_episodes, "max_turns": s.max_turns,
                 "max_new_tokens": s.max_new_tokens}
+    if chat is not None and chat != ChatEnvConfig(max_turns=s.max_turns):  # recorded where not the default
+        episodes["chat"] = asdict(chat)
     if done.is_file():
         stored = json.loads(done.read_text())
         if all(stored.get(k) == v for k, v in episodes.items()):
             return stored
-    result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed)}
+    result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed, chat=chat)}
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def with_starts(args, out: Path, model: str, cells: list, results: list[dict]) -> list[dict]:
+def with_starts(args, out: Path, model: str, cells: list, results: list[dict], env: str = WARM_ENV,
+                configs: list | None = None) -> list[dict]:
     """Each result with its seed's start beside (``val_start_success``, ``val_start_wins``) and the run's lift
-    over it on the same episodes (``val_lift``)."""
+    over it on the same episodes (``val_lift``); ``configs``, the cells' TrainerConfigs, say their episodes'
+    env arguments and chat (None: the cells' ``env_kwargs`` field and the default chat)."""
     from ragen_envs.agent.backends import PolicyConfig
 
     policy = functools.cache(lambda: PolicyConfig(args.backend, model, device=args.device).make())  # on first need
     rows = []
-    for (_, _, s, seed, fields), result in zip(cells, results):
+    for k, ((_, _, s, seed, fields), result) in enumerate(zip(cells, results)):
         if result.get("val_episodes") != s.val_episodes:  # a stored result of another size (--finished-only)
             rows.append(result)  # no start played on its episodes: no lift
             continue
-        start = start_result(out, WARM_ENV, policy, fields.get("env_kwargs", {}), s, seed)
+        rollout = configs[k].rollout if configs else None
+        kwargs, chat = (rollout.env_kwargs, rollout.chat) if rollout else (fields.get("env_kwargs", {}), None)
+        start = start_result(out, env, policy, kwargs, s, seed, chat)
         rows.append({**result, "val_start_success": start["val_success"], "val_start_wins": start["val_wins"],
                      "val_lift": result["val_success"] - start["val_success"]})
     return rows
@@ -327,16 +387,19 @@ def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> 
     print(f"\nresults in {out}")
 
 
-def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, int, dict]]) -> list[dict]:
-    """Run (or read back) each cell ``(name, labels, scale, seed, trainer fields)`` on ``WARM_ENV``; a
-    row per cell: its labels, its result and its lift over the untrained model (``with_starts``).
+def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, int, dict]], env: str = WARM_ENV,
+              configure=None) -> list[dict]:
+    """Run (or read back) each cell ``(name, labels, scale, seed, trainer fields)`` on ``env``; a row per
+    cell: its labels, its result and its lift over the untrained model (``with_starts``). ``configure(scale,
+    seed, fields)`` makes a cell's TrainerConfig (default: ``trainer_config`` with ``training(args)``).
     ``--workers`` N trains N cells at once in separate processes (a small model trains faster on one core
     each than on all cores together)."""
     if getattr(args, "finished_only", False):
         cells = [c for c in cells if (out / c[0] / "result.json").is_file()]
-    jobs = [(f"[{i}/{len(cells)}] {name}", out, name, WARM_ENV, model,
-             trainer_config(s, seed, training(args), **fields), s, args, seed)
-            for i, (name, _, s, seed, fields) in enumerate(cells, 1)]
+    configure = configure or (lambda s, seed, fields: trainer_config(s, seed, training(args), **fields))
+    configs = [configure(s, seed, dict(fields)) for _, _, s, seed, fields in cells]
+    jobs = [(f"[{i}/{len(cells)}] {name}", out, name, env, model, config, s, args, seed)
+            for i, ((name, _, s, seed, _), config) in enumerate(zip(cells, configs), 1)]
     workers = getattr(args, "workers", 1)
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
@@ -352,7 +415,7 @@ def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, i
             except BaseException:
                 pool.shutdown(cancel_futures=True)  # the failure is reported now, not after every other cell
                 raise
-    results = with_starts(args, out, model, cells, results)
+    results = with_starts(args, out, model, cells, results, env, configs)
     return [{**labels, **result} for (_, labels, *_), result in zip(cells, results)]
 
 

@@ -55,6 +55,9 @@ class EnvEntry:
     # for the env (config/envs.yaml), which only words the prompt; None: the rollout's max_new_tokens
     max_tokens: int | None = None
     roles: tuple[str, ...] = ()  # of ROLES
+    # the task it is in RAGEN's experiment scripts (scripts/runs/*.sh, --tasks; e.g. "sokoban" is
+    # config/_2_sokoban.yaml's CoordSokoban), which benchmarks/ragen_experiments.py runs by that name
+    ragen_task: str | None = None
 
     @property
     def visual(self) -> bool:
@@ -81,7 +84,7 @@ CATALOGUE: list[EnvEntry] = [
              kwargs={"dim_room": (8, 8), "num_boxes": 2}, presets=TEN_ACTIONS, max_tokens=100),
     EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
-             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120),
+             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120, ragen_task="sokoban"),
     EnvEntry("Ragen/SokobanGridVocab-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban drawn in other symbols, W . G C B A @ (RAGEN's SokobanDifferentGridVocab)",
              kwargs={"symbols": "W.GCBA@"}, presets=TEN_ACTIONS, max_tokens=100),
@@ -97,7 +100,8 @@ CATALOGUE: list[EnvEntry] = [
              kwargs={"slip": 2 / 3}, presets=TEN_ACTIONS, max_tokens=100),
     EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
-             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120, roles=("demo",)),
+             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120, roles=("demo",),
+             ragen_task="frozenlake"),  # _3_frozen_lake.yaml: CoordFrozenLake with success_rate 1, no slip
     EnvEntry("Ragen/FrozenLakeVisual-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake seen as an image; for vision-language models",
              kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100, test_kwargs={"size": 3}),
@@ -105,22 +109,22 @@ CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/MetaMathQA-v0", "ragen_envs.metamath:MetaMathQAEnv",
              "answer a math word problem; a wrong answer may be retried for half the reward; generated offline",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 5, "max_actions_per_turn": 1}},
-                                      "env_kwargs": {"max_attempts": 1}}}, max_tokens=100),
+                                      "env_kwargs": {"max_attempts": 1}}}, max_tokens=100, ragen_task="metamathqa"),
     EnvEntry("Ragen/Countdown-v0", "ragen_envs.countdown:CountdownEnv",
              "reach the target with 3-4 numbers and + - * / in one expression; generated, always solvable",
-             presets=ONE_REPLY, max_tokens=100),
+             presets=ONE_REPLY, max_tokens=100, ragen_task="countdown"),
     # RAGEN's SearchQA (config/_9_search.yaml): 16 groups of 8, 5 replies of one action, 10 actions at most
     EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",
              "search a corpus (BM25), then answer; questions over country facts: single-hop, bridge, comparison",
              extra="search", requires=("bm25s", "countryinfo"), offline_data="countryinfo package",
              presets={"ragen2-main": {"rollout": {"n_groups": 16, "group_size": 8,
                                                   "chat": {"max_turns": 5, "max_actions_per_turn": 1}},
-                                      "env_kwargs": {"max_steps": 10}}}, max_tokens=300),
+                                      "env_kwargs": {"max_steps": 10}}}, max_tokens=300, ragen_task="search"),
     EnvEntry("Ragen/WebShop-v0", "ragen_envs.webshop:WebShopEnv",
              "shop a text web shop (search, results, product pages) for the product an instruction describes; "
              "generated catalogue", extra="search", requires=("bm25s",),
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 9, "max_actions_per_turn": 1}}}},
-             max_tokens=200),
+             max_tokens=200, ragen_task="webshop"),
     EnvEntry("Ragen/Bandit-v0", "ragen_envs.bandit:BanditEnv",
              "pull one of two arms whose names hint at their payouts (a sure 0.1, or 1 a quarter of the time)",
              presets=ONE_REPLY, max_tokens=100),
@@ -168,7 +172,7 @@ CATALOGUE: list[EnvEntry] = [
                                       "rollout": {"n_groups": 16, "group_size": 8,
                                                   "chat": {"max_turns": 1, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 5000}}}},
-             max_tokens=8000),
+             max_tokens=8000, ragen_task="deepcoder"),
 ]
 
 # RAGEN's env configs (config/envs.yaml) with no entry here, and what each would need: `ragen list` says so.
@@ -190,6 +194,19 @@ def env_for(role: str) -> str:
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     return next(e.id for e in CATALOGUE if role in e.roles)
+
+
+def env_for_task(task: str) -> str:
+    """The id of the entry that is ``task`` in RAGEN's experiment scripts (``EnvEntry.ragen_task``)."""
+    tasks = ragen_tasks()
+    if task not in tasks:
+        raise ValueError(f"RAGEN's task must be one of {sorted(tasks)}, got {task!r}")
+    return tasks[task]
+
+
+def ragen_tasks() -> dict[str, str]:
+    """RAGEN's task name -> the id of the entry that plays it."""
+    return {e.ragen_task: e.id for e in CATALOGUE if e.ragen_task}
 
 
 def ids_in(package: str) -> list[str]:

@@ -70,7 +70,7 @@ def test_a_finished_cell_asked_for_more_held_out_episodes_is_evaluated_again_fro
     config = findings.trainer_config(findings.QUICK, 0, {})
     evaluated, trained = [], []
     monkeypatch.setattr(backends, "make_policy", lambda backend, model, **kw: f"policy of {Path(model).name}")
-    monkeypatch.setattr(findings, "evaluate", lambda policy, env, kw, s, seed: evaluated.append(policy) or {
+    monkeypatch.setattr(findings, "evaluate", lambda policy, env, kw, s, seed, chat=None: evaluated.append(policy) or {
         "val_success": 0.5, "val_episodes": s.val_episodes})
     monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: trained.append(a) or pytest.fail("trained again"))
     args = argparse.Namespace(backend="transformers", device=None)
@@ -111,7 +111,7 @@ def test_a_stopped_cell_goes_on_from_its_checkpoint_and_keeps_its_earlier_iterat
                 f.write(json.dumps({"iteration": len(configs), "mi/retrieval_acc": 0.5 * len(configs)}) + "\n")
 
     monkeypatch.setattr(trainers, "Trainer", Stub)
-    monkeypatch.setattr(findings, "evaluate", lambda *a: {"val_success": 0.5})
+    monkeypatch.setattr(findings, "evaluate", lambda *a, **k: {"val_success": 0.5})
     args = argparse.Namespace(backend="transformers", device=None)
     config = findings.trainer_config(findings.QUICK, 0, {})
     assert config.save_steps == findings.CELL_SAVE_STEPS and config.save_total_limit == 1
@@ -141,7 +141,7 @@ def test_finished_only_summarises_the_finished_cells_and_trains_none(tmp_path, m
 def test_workers_read_the_cells_in_their_own_processes_and_keep_the_order(tmp_path, monkeypatch):
     import argparse
 
-    monkeypatch.setattr(findings, "with_starts", lambda args, out, model, cells, results: results)  # no model here
+    monkeypatch.setattr(findings, "with_starts", lambda *a: a[4])  # no model here
 
     for name, value in (("a", 0.5), ("b", 0.25), ("c", 0.75)):
         (tmp_path / name).mkdir()
@@ -307,7 +307,7 @@ def test_a_findings_script_resumes_from_its_cells_and_writes_csv_json_and_png(sc
         return original(out, name, *args)
 
     monkeypatch.setattr(findings, "run_cell", finished)
-    monkeypatch.setattr(findings, "with_starts", lambda args, out, model, cells, results: results)
+    monkeypatch.setattr(findings, "with_starts", lambda args, out, model, cells, results, *rest: results)
     monkeypatch.setattr(sys, "argv", [script, "--quick", "--model", "m", "--out", str(tmp_path)])
     module.main()
     assert names and len(names) == len(set(names))
@@ -333,7 +333,7 @@ def test_each_run_is_measured_against_its_untrained_start_on_the_same_episodes(t
     built, played = [], []
     monkeypatch.setattr(PolicyConfig, "make", lambda self: built.append(self.model) or "policy")
 
-    def evaluate(policy, env, env_kwargs, s, seed):
+    def evaluate(policy, env, env_kwargs, s, seed, chat=None):
         played.append((policy, env_kwargs.get("slip"), s.val_episodes, seed))
         return {"val_success": 0.25 + seed / 10, "val_seed": 100 + seed, "val_wins": "0001"[:s.val_episodes]}
 

@@ -61,6 +61,21 @@ def test_each_role_is_played_by_one_entry():
     assert smoke.get_wrapper_attr("valid_actions")  # the shared tests reply with its actions
 
 
+def test_each_of_ragens_tasks_is_one_entry():
+    from ragen_envs.registry import env_for_task, ragen_tasks
+
+    named = [e.ragen_task for e in ENVIRONMENTS.values() if e.ragen_task]
+    assert len(named) == len(set(named)) == len(ragen_tasks())
+    # RAGEN's main table (run_main_table_diff_algo.sh --tasks) and its Sokoban sweeps' config, _2_sokoban
+    # (base.yaml's CoordSokoban); _3_frozen_lake's CoordFrozenLake with success_rate 1
+    assert {"sokoban", "frozenlake", "webshop", "metamathqa", "countdown"} <= set(named)
+    sokoban, lake = ENVIRONMENTS[env_for_task("sokoban")], ENVIRONMENTS[env_for_task("frozenlake")]
+    assert sokoban.package == "sokoban" and sokoban.kwargs == {"observation_format": "grid_coord"}
+    assert lake.kwargs == {"observation_format": "grid_coord"} and gym.make(lake.id).unwrapped.slip == 0
+    with pytest.raises(ValueError, match="countdown"):
+        env_for_task("chess")
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

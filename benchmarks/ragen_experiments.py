@@ -1,0 +1,252 @@
+"""RAGEN's experiment scripts, here: each of mll-lab-nu/RAGEN's ``scripts/runs/*.sh`` (at 20daedc, described
+in its ``docs/experiment_*.md``) as a set of cells, one training run per setting and seed, run and resumed
+cell by cell through findings.py (a stopped experiment goes on where it stopped).
+
+    python benchmarks/ragen_experiments.py main-table          # run_main_table_diff_algo.sh
+    python benchmarks/ragen_experiments.py top-p-sweep         # run_top_p_sweep.sh
+    python benchmarks/ragen_experiments.py kl-sweep            # run_kl_sweep.sh
+    python benchmarks/ragen_experiments.py entropy-sweep       # run_entropy_sweep.sh
+    python benchmarks/ragen_experiments.py slip-sweep          # run_frozen_lake_slipper_rate_sweep.sh
+    python benchmarks/ragen_experiments.py gradient-analysis   # run_sokoban_ppo_filter_grad_analysis.sh,
+                                                               # then its _probe_ckpt.sh on the final checkpoint
+Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
+``--include-zero``, ``--checkpoint-step``) and the findings flags (``--help``).
+
+Scales. With ``--model`` (a real model; on a GPU with ``--backend vllm``): RAGEN's own, the ragen2-main
+preset for the task's env: 400 iterations (the gradient analysis 101) of 8 groups x 16, the env's turns
+and reply budget, learning rate 1e-6 on every layer, validation (512 episodes, temperature 0.5) before
+the first iteration and every 10, one seed as RAGEN runs. Without it: the organism preset on the task's
+model organism (``trainers/organism.py``, built on first use): the same, but 40 iterations (the
+gradient analysis 101), learning rate 1e-3, MI every iteration, no in-run validation and three seeds.
+``--quick``: two iterations of 2 x 4, to see the machinery. Every cell is then played greedily on held-out
+episodes (``findings.evaluate``) beside its untrained start on the same episodes.
+
+The settings of each experiment are RAGEN's script's overrides (``EXPERIMENTS``). Departures: none in the
+settings; our KL estimates are unclipped (verl clips k3 to [-10, 10]); RAGEN's early stop on a failing
+validation is not here (the filter's empty-batch stop is, ``filter_empty_stop``).
+Outputs go to benchmarks/results/ragen-<experiment>[-quick]/: results.csv/json, <experiment>.png, and for
+the gradient analysis each run's gradients.png (``ragen plot --gradients``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+
+import numpy as np
+
+import findings
+from ragen_envs.registry import env_for_task, ragen_tasks
+
+ALGORITHMS = {"PPO": "ppo", "DAPO": "dapo", "GRPO": "grpo", "DrGRPO": "drgrpo"}
+# every script's filter: top-p over the groups' reward std, largest first, whole groups, no loss scaling
+FILTER = {"filter": "top_p", "filter_metric": "std", "filter_order": "largest", "filter_loss_scaling": "none"}
+SOFTMAX = {**FILTER, "filter_prob_mode": "softmax"}
+
+
+def filtered(on: bool, top_p: float = 0.9, include_zero: bool = False) -> dict:
+    """The scripts' filter/nofilter pair: top-p ``top_p`` (zero-variance groups as ``include_zero`` says),
+    or top-p 1.0 with them, which keeps every group through the same code path."""
+    if on:
+        return {"filter_value": top_p, "include_zero": include_zero}
+    return {"filter_value": 1.0, "include_zero": True}
+
+
+def main_table(args) -> list:
+    """run_main_table_diff_algo.sh: each task x algorithm x filter; KL off, entropy 0.001, top-p 0.9 over the
+    softmax with zero-variance groups kept (so nofilter, top-p 1.0, keeps all)."""
+    return [(task, f"{algo}-{name}", {"task": task, "algo": algo, "filter": name},
+             {"algorithm": ALGORITHMS[algo], **SOFTMAX, **filtered(name == "filter", include_zero=True),
+              "beta": 0.0, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001})
+            for task in args.tasks for algo in args.algos for name in args.filters]
+
+
+def top_p_sweep(args) -> list:
+    """run_top_p_sweep.sh: PPO on Sokoban, KL 0.001 (verl's plain estimate) and entropy 0.001; each top-p
+    value without zero-variance groups, and nofilter (1.0 with them): two different 1.0 conditions."""
+    return [(args.tasks[0], f"top_p{v}", {"top_p": v},
+             {"algorithm": "ppo", **SOFTMAX, **filtered(v != "nofilter", 1.0 if v == "nofilter" else float(v)),
+              "beta": 0.001, "kl_loss_type": "kl", "entropy_coef": 0.001}) for v in args.values]
+
+
+def kl_sweep(args) -> list:
+    """run_kl_sweep.sh: PPO on Sokoban, each KL coefficient (0: no reference pass), entropy 0, the filter
+    at top-p 1 (``--include-zero``: with zero-variance groups, RAGEN's default)."""
+    return [(args.tasks[0], f"kl{v}", {"kl": v, "include_zero": args.include_zero},
+             {"algorithm": "ppo", **SOFTMAX, "filter_value": 1.0, "include_zero": args.include_zero,
+              "beta": float(v), "kl_loss_type": "kl", "entropy_coef": 0.0}) for v in args.values]
+
+
+def entropy_sweep(args) -> list:
+    """run_entropy_sweep.sh: PPO on Sokoban, each entropy coefficient, KL off, the filter at top-p 1."""
+    return [(args.tasks[0], f"entropy{v}", {"entropy": v, "include_zero": args.include_zero},
+             {"algorithm": "ppo", **SOFTMAX, "filter_value": 1.0, "include_zero": args.include_zero,
+              "beta": 0.0, "entropy_coef": float(v)}) for v in args.values]
+
+
+def slip_sweep(args) -> list:
+    """run_frozen_lake_slipper_rate_sweep.sh: PPO on FrozenLake (coordinates), each slip (1 - RAGEN's
+    success_rate) x filter (top-p 0.9 without zero-variance groups) and nofilter; KL and entropy 0."""
+    return [(args.tasks[0], f"slip{v}-{name}", {"slip": v, "filter": name},
+             {"algorithm": "ppo", **SOFTMAX, **filtered(name == "filter"), "beta": 0.0, "entropy_coef": 0.0,
+              "env_kwargs": {"slip": float(v)}}) for v in args.values for name in args.filters]
+
+
+def gradient_analysis(args) -> list:
+    """run_sokoban_ppo_filter_grad_analysis.sh: PPO (or ``--algos GRPO``) on Sokoban, top-p 0.9 over the
+    reward stds themselves without zero-variance groups, KL off, entropy 0.001, the probe every 50 iterations
+    (1, 51, 101) on its own batch of 128 x 16; checkpoints every 50 and at the end, for the probe after.
+    ``--quick`` probes every iteration's training batch."""
+    probing = {"gradient_analysis_every": 1, "save_steps": 1} if args.quick else {
+        "gradient_analysis_every": 50, "gradient_analysis_env_groups": 128, "gradient_analysis_group_size": 16,
+        "save_steps": 50}
+    return [(args.tasks[0], algo, {"algo": algo},
+             {"algorithm": ALGORITHMS[algo], **FILTER, "filter_prob_mode": "linear", **filtered(True),
+              "beta": 0.0, "entropy_coef": 0.001, **probing, "save_total_limit": None}) for algo in args.algos]
+
+
+# name: (cells, its RAGEN defaults: tasks, algorithms, values, filter modes, iterations (None: the preset's))
+EXPERIMENTS = {
+    "main-table": (main_table, dict(tasks="sokoban,frozenlake,webshop,metamathqa,countdown",
+                                    algos="PPO,DAPO,GRPO,DrGRPO", filters="filter,nofilter")),
+    "top-p-sweep": (top_p_sweep, dict(tasks="sokoban", values="1.0,0.98,0.95,0.9,0.8,0.6,0.4,nofilter")),
+    "kl-sweep": (kl_sweep, dict(tasks="sokoban", values="0,0.001,0.003,0.01,0.03,0.1")),
+    "entropy-sweep": (entropy_sweep, dict(tasks="sokoban", values="0,0.001,0.003,0.01,0.03,0.1")),
+    "slip-sweep": (slip_sweep, dict(tasks="frozenlake", values="1,0.5,0.2,0.1,0.05,0.02,0",
+                                    filters="filter,nofilter")),
+    "gradient-analysis": (gradient_analysis, dict(tasks="sokoban", algos="PPO", iterations=101)),
+}
+# the probe of a checkpoint (run_sokoban_ppo_filter_grad_analysis_probe_ckpt.sh): KL and entropy both on
+PROBE = {"beta": 0.001, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}
+COLUMNS = ["seed", "val_success", "val_start_success", "val_lift", "val_random_success", "train_success",
+           "retrieval_acc", "retrieval_chance", "mi_zscore_ema", "token_entropy", "kept_ratio", "wall_s"]
+PANELS = (("val_success", "held-out success (greedy)"), ("retrieval_acc", "Retrieval-Acc"),
+          ("token_entropy", "token entropy (nats)"), ("kept_ratio", "kept share of groups"))
+
+
+def listed(choices=None):
+    """An argparse type: a comma-separated list, each item one of ``choices`` (None: any)."""
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if choices is not None and t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a comma-separated list"
+                                             + (f" of {', '.join(choices)}" if choices else ""))
+        return items
+    parse.__name__ = "list"
+    return parse
+
+
+def parse_args(argv=None):
+    p = findings.parser(__doc__)
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    p.add_argument("--tasks", type=listed(ragen_tasks()), default=None,
+                   help="RAGEN's task names (default: the experiment's; the sweeps take the first)")
+    p.add_argument("--algos", type=listed(ALGORITHMS), default=None, help="main table, gradient analysis")
+    p.add_argument("--filters", type=listed(("filter", "nofilter")), default=None, help="main table, slip sweep")
+    p.add_argument("--values", type=listed(), default=None, help="the swept values (default: RAGEN's)")
+    p.add_argument("--include-zero", action=argparse.BooleanOptionalAction, default=True,
+                   help="KL and entropy sweeps: zero-variance groups kept (RAGEN's default) or dropped")
+    p.add_argument("--checkpoint-step", type=int, default=None,
+                   help="gradient analysis: the checkpoint probed after training (default: the final one)")
+    args = p.parse_args(argv)
+    defaults = EXPERIMENTS[args.experiment][1]
+    for key in ("tasks", "algos", "filters", "values"):
+        if getattr(args, key) is None and key in defaults:
+            setattr(args, key, listed()(defaults[key]))
+    return args
+
+
+def cells(args) -> dict[str, list]:
+    """Per task: its cells ``(name, labels, scale, seed, fields)``, seeds outermost (a stopped experiment has
+    whole seeds)."""
+    make, defaults = EXPERIMENTS[args.experiment]
+    arms = make(args)
+    out = {}
+    for task, _, _, _ in arms:
+        s = findings.preset_scale(args, env_for_task(task), defaults.get("iterations"))
+        out[task] = [(f"{name}-seed{seed}", {**labels, "seed": seed}, s, seed, fields) for seed in range(s.seeds)
+                     for t, name, labels, fields in arms if t == task]
+    return out
+
+
+def probe(args, folder, model: str, env: str, cell, config) -> None:
+    """RAGEN's checkpoint probe of a finished training cell: its ``--checkpoint-step`` (default: final)
+    checkpoint probed once with KL and entropy on, into the run's gradient_probe.jsonl; skipped when there."""
+    from dataclasses import replace
+
+    from trainers import Trainer
+    from trainers.checkpoint import all_checkpoints
+    from trainers.metrics import PROBE_FILE, read_metrics
+
+    run = folder / cell[0] / "run"
+    step = args.checkpoint_step or config.num_iterations
+    path = run / f"checkpoint-{step}"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such checkpoint (saved: {[p.name for p in all_checkpoints(run)]})")
+    if any(r.get("iteration") == step + 1 for r in read_metrics(run, PROBE_FILE)):
+        return
+    probe_config = replace(config, output_dir=str(run), resume_from_checkpoint=str(path), overwrite_output_dir=False,
+                           exit_after_gradient_analysis=True, allow_config_changes=True, **PROBE)
+    Trainer(model, env, probe_config, device=args.device).train()
+
+
+def plot(out, rows: list[dict], labels: list[str], title: str) -> None:
+    """Each panel's mean over seeds (error bars: the t interval over them) per setting (its ``labels``), in
+    the table's order; the untrained start beside the held-out success."""
+    from trainers.metrics import pyplot
+
+    plt = pyplot()
+    name = lambda row: "\n".join(str(row[k]) for k in labels)  # noqa: E731
+    names = list(dict.fromkeys(map(name, rows)))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 4.2))
+    for ax, (key, heading) in zip(axes, PANELS):
+        series = [(key, "o", None)] + ([("val_start_success", "k_", "untrained start")] if key == "val_success" else [])
+        for offset, (column, style, legend) in enumerate(series):
+            stats = [findings.t_interval([r.get(column, float("nan")) for r in rows if name(r) == n]) for n in names]
+            mean = np.array([m for m, _, _ in stats])
+            spread = np.nan_to_num([[m - lo for m, lo, _ in stats], [hi - m for m, _, hi in stats]])
+            ax.errorbar(np.arange(len(names)) + 0.15 * offset, mean, yerr=spread, fmt=style, capsize=3, label=legend)
+        ax.set_xticks(range(len(names)), names, fontsize=7, rotation=90 if len(names) > 8 else 0)
+        ax.set_title(heading)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    by_task = cells(args)
+    first = next(iter(by_task.values()))
+    out = findings.results_folder(args, f"ragen-{args.experiment}", first[0][2])
+    rows = []
+    for task, task_cells in by_task.items():
+        env = env_for_task(task)
+        model = findings.warm_model(args, env)
+        folder = out / task  # each task's own starts and cells
+        folder.mkdir(exist_ok=True)
+        configure = partial(lambda env, s, seed, fields: findings.preset_config(args, env, s, seed, fields), env)
+        rows += [{"task": task, **row} for row in findings.run_cells(args, folder, model, task_cells, env, configure)]
+        if args.experiment == "gradient-analysis" and not args.finished_only:
+            from trainers.metrics import plot_gradients
+
+            for cell in task_cells:
+                probe(args, folder, model, env, cell, configure(cell[2], cell[3], dict(cell[4])))
+                print(plot_gradients(folder / cell[0] / "run", out=out / f"{task}-{cell[0]}-gradients.png"))
+    labels = [k for k in dict.fromkeys(k for t in by_task.values() for c in t for k in c[1]) if k != "seed"]
+    labels = (["task"] if len(by_task) > 1 and "task" not in labels else []) + labels
+    title = f"RAGEN's {args.experiment} ({findings.preset_name(args)} scale; means over the later iterations)"
+    findings.write_table(out, rows, (["task"] if "task" not in labels else []) + labels + COLUMNS, title)
+    if rows:
+        plot(out / f"{args.experiment}.png", rows, labels, title)
+    settings = {f"{task}/{c[0]}": c[4] for task, t in by_task.items() for c in t}  # each cell's trainer fields
+    (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

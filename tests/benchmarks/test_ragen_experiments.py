@@ -1,0 +1,154 @@
+"""RAGEN's experiment scripts here: each cell's settings are its script's overrides, at RAGEN's scale and the
+organism's, and an experiment runs end to end, resumes, and probes its checkpoint."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import findings  # noqa: E402
+import ragen_experiments as rx  # noqa: E402
+from ragen_envs.registry import env_for_task  # noqa: E402
+from trainers import TrainerConfig  # noqa: E402
+from trainers.filtering import select  # noqa: E402
+
+from tests.trainers.test_trainer import SeededReplies  # noqa: E402
+
+
+def configs(argv):
+    """Cell name -> its TrainerConfig, for ``ragen_experiments.py argv``."""
+    args = rx.parse_args(argv)
+    return {f"{task}/{name}": findings.preset_config(args, env_for_task(task), s, seed, fields)
+            for task, cells in rx.cells(args).items() for name, _, s, seed, fields in cells}
+
+
+def picked(config, *names):
+    return tuple(getattr(config, n) for n in names)
+
+
+FILTER = ("filter", "filter_value", "include_zero", "filter_prob_mode", "filter_order", "filter_metric")
+
+
+def test_the_main_table_is_ragens_runs_of_each_task_algorithm_and_filter():
+    # run_main_table_diff_algo.sh: common_overrides (KL off, entropy 0.001, top-p softmax, include_zero True),
+    # filter 0.9 / nofilter 1.0, and each algorithm's overrides (get_algo_overrides)
+    made = configs(["main-table", "--model", "m"])
+    tasks = ("sokoban", "frozenlake", "webshop", "metamathqa", "countdown")
+    assert len(made) == 5 * 4 * 2 and {k.split("/")[0] for k in made} == set(tasks)
+    for name, c in made.items():
+        algo, mode = name.split("/")[1].split("-")[:2]
+        assert c.algorithm == {"PPO": "ppo", "DAPO": "dapo", "GRPO": "grpo", "DrGRPO": "drgrpo"}[algo]
+        assert picked(c, *FILTER) == ("top_p", 0.9 if mode == "filter" else 1.0, True, "softmax", "largest", "std")
+        assert (c.beta, c.entropy_coef, c.filter_loss_scaling) == (0.0, 0.001, "none")
+    ppo, drgrpo = made["sokoban/PPO-filter-seed0"], made["sokoban/DrGRPO-filter-seed0"]
+    assert (ppo.advantage, ppo.loss_type) == ("gae", "dapo")  # gae, token-mean
+    assert (drgrpo.advantage, drgrpo.loss_type, drgrpo.scale_rewards) == ("group", "seq_sum", "none")
+    assert made["frozenlake/PPO-filter-seed0"].rollout.env_kwargs.get("slip", 0.0) == 0.0  # success_rate 1
+
+
+def test_the_intervention_sweeps_change_one_axis_each_as_ragens_scripts_do():
+    top_p = configs(["top-p-sweep", "--model", "m"])
+    values = ("1.0", "0.98", "0.95", "0.9", "0.8", "0.6", "0.4", "nofilter")
+    assert [k.split("/")[1] for k in top_p] == [f"top_p{v}-seed0" for v in values]
+    for c in top_p.values():
+        assert (c.algorithm, c.beta, c.kl_loss_type, c.entropy_coef, c.filter_prob_mode) == (
+            "ppo", 0.001, "kl", 0.001, "softmax")
+    # two conditions at 1.0: without zero-variance groups, and nofilter with them
+    assert picked(top_p["sokoban/top_p1.0-seed0"], "filter_value", "include_zero") == (1.0, False)
+    assert picked(top_p["sokoban/top_p0.6-seed0"], "filter_value", "include_zero") == (0.6, False)
+    assert picked(top_p["sokoban/top_pnofilter-seed0"], "filter_value", "include_zero") == (1.0, True)
+    kl = configs(["kl-sweep", "--model", "m", "--no-include-zero"])
+    assert [c.beta for c in kl.values()] == [0, 0.001, 0.003, 0.01, 0.03, 0.1]
+    assert {picked(c, "entropy_coef", "filter_value", "include_zero", "kl_loss_type") for c in kl.values()} == {
+        (0.0, 1.0, False, "kl")}
+    entropy = configs(["entropy-sweep", "--model", "m", "--values", "0,0.01"])
+    assert [picked(c, "entropy_coef", "beta", "filter_value", "include_zero") for c in entropy.values()] == [
+        (0.0, 0.0, 1.0, True), (0.01, 0.0, 1.0, True)]
+    assert {env_for_task(k.split("/")[0]) for k in {**top_p, **kl, **entropy}} == {env_for_task("sokoban")}
+
+
+def test_top_p_one_without_zero_variance_groups_is_not_nofilter():
+    """What the top-p sweep's two 1.0 conditions do to a batch with flat groups, through the filter itself."""
+    stds = np.array([0.0, 0.5, 0.0, 0.2])
+    one, nofilter = configs(["top-p-sweep", "--model", "m", "--values", "1.0,nofilter"]).values()
+    kept = [sorted(select(stds, c.filter, c.filter_value, c.filter_prob_mode, c.filter_order, c.include_zero))
+            for c in (one, nofilter)]
+    assert kept == [[1, 3], [0, 1, 2, 3]]
+
+
+def test_the_slip_sweep_and_the_gradient_analysis_are_ragens():
+    slip = configs(["slip-sweep", "--model", "m"])
+    assert len(slip) == 7 * 2
+    assert [c.rollout.env_kwargs["slip"] for c in slip.values()][::2] == [1, 0.5, 0.2, 0.1, 0.05, 0.02, 0]
+    on, off = slip["frozenlake/slip0.5-filter-seed0"], slip["frozenlake/slip0.5-nofilter-seed0"]
+    assert picked(on, "filter_value", "include_zero", "filter_prob_mode") == (0.9, False, "softmax")
+    assert picked(off, "filter_value", "include_zero") == (1.0, True)
+    assert (on.algorithm, on.beta, on.entropy_coef) == ("ppo", 0.0, 0.0)
+    (grad,) = configs(["gradient-analysis", "--model", "m"]).values()
+    assert picked(grad, *FILTER) == ("top_p", 0.9, False, "linear", "largest", "std")
+    assert (grad.algorithm, grad.beta, grad.entropy_coef, grad.num_iterations) == ("ppo", 0.0, 0.001, 101)
+    assert picked(grad, "gradient_analysis_every", "gradient_analysis_env_groups", "gradient_analysis_group_size",
+                  "save_steps", "save_total_limit") == (50, 128, 16, 50, None)
+    assert rx.PROBE == {"beta": 0.001, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}  # the probe's KL on
+
+
+def test_ragens_scale_with_a_model_and_the_organisms_without():
+    ragen = configs(["kl-sweep", "--model", "m", "--values", "0"])["sokoban/kl0-seed0"]
+    preset = TrainerConfig.from_preset("ragen2-main", env_for_task("sokoban"))
+    assert (ragen.num_iterations, ragen.rollout.n_groups, ragen.rollout.group_size) == (400, 8, 16)
+    assert (ragen.learning_rate, ragen.mini_batch_size, ragen.eval_steps, ragen.rollout.seed) == (1e-6, 32, 10, 10000)
+    assert ragen.rollout.chat == preset.rollout.chat and ragen.rollout.sampling == preset.rollout.sampling
+    assert ragen.rollout.env_kwargs == {"max_steps": 10}  # the env's preset arguments kept
+    args = rx.parse_args(["kl-sweep", "--values", "0"])
+    s = findings.preset_scale(args, env_for_task("sokoban"))
+    assert (s.iterations, s.groups, s.group_size, s.seeds) == (40, 8, 16, 3)
+    assert s.val_episodes == findings.ORGANISM.val_episodes
+    organism = configs(["kl-sweep", "--values", "0"])
+    assert len(organism) == 3 and organism["sokoban/kl0-seed2"].rollout.seed == 10002
+    assert (organism["sokoban/kl0-seed0"].learning_rate, organism["sokoban/kl0-seed0"].eval_steps) == (1e-3, 0)
+    quick = configs(["kl-sweep", "--quick", "--model", "m", "--values", "0", "--learning-rate", "3e-6"])
+    (q,) = quick.values()
+    assert (q.num_iterations, q.rollout.n_groups, q.mini_batch_size, q.eval_steps) == (2, 2, 2, 0)
+    assert q.learning_rate == 3e-6
+
+
+def test_lists_are_checked_against_ragens_names():
+    with pytest.raises(SystemExit):
+        rx.parse_args(["main-table", "--algos", "PPO,A2C"])
+    with pytest.raises(SystemExit):
+        rx.parse_args(["main-table", "--tasks", "chess"])
+    assert rx.parse_args(["main-table", "--tasks", "countdown"]).tasks == ["countdown"]
+
+
+def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(tmp_path, tiny_model, tokenizer,
+                                                                            monkeypatch):
+    import trainers
+
+    class Varied(trainers.Trainer):  # the real trainer, rolling out replies whose rewards differ in a group
+        def __init__(self, model, env, config, **kw):
+            super().__init__(model, env, config, **{**kw, "rollout_policy": SeededReplies(tokenizer)})
+
+    monkeypatch.setattr(trainers, "Trainer", Varied)
+    model = tmp_path / "tiny"
+    tiny_model.save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    out = tmp_path / "out"
+    argv = ["gradient-analysis", "--quick", "--model", str(model), "--out", str(out), "--max-turns", "1",
+            "--max-new-tokens", "6", "--val-episodes", "2", "--groups", "2", "--group-size", "3"]
+    rows = rx.main(argv)
+    assert [r["algo"] for r in rows] == ["PPO"] and 0 <= rows[0]["val_success"] <= 1
+    run = out / "sokoban" / "PPO-seed0" / "run"
+    trained = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in trained if "grad_norm/all/sample_count" in r] == [1, 2]  # every 1 at --quick
+    probes = [json.loads(line) for line in (run / "gradient_probe.jsonl").read_text().splitlines()]
+    assert [p["iteration"] for p in probes] == [3] and "grad_norm/all/kl" in probes[0]  # KL on for the probe
+    assert (out / "sokoban-PPO-seed0-gradients.png").stat().st_size > 0
+    assert (out / "gradient-analysis.png").stat().st_size > 0 and (out / "results.csv").is_file()
+    assert "sokoban/PPO-seed0" in json.loads((out / "settings.json").read_text())
+    again = rx.main(argv)  # read back: nothing trained, the probe not repeated
+    assert again[0]["wall_s"] == rows[0]["wall_s"]
+    assert len((run / "gradient_probe.jsonl").read_text().splitlines()) == 1
