@@ -361,9 +361,11 @@ def plot_gradients(run_dir: str | Path, iterations: list[int] | None = None, out
     terms = [t for t in (*PROBE_TERMS, "total") if any(f"grad_norm/all/{prefix}{t}" in r for r in probed)]
     plt = pyplot()
     fig, axes = plt.subplots(1, len(terms) + 1, figsize=(3.8 * (len(terms) + 1), 3.4), squeeze=False)
+    seen = set()  # the buckets drawn, as the ticks (a locator puts fractions between one or two)
     for r in probed:
         buckets = sorted((int(k.split("/")[1][7:]) for k in r if k.startswith("grad_norm/bucket_")
                           and k.endswith("/sample_count")))
+        seen.update(buckets)
         label = f"iteration {r['iteration']}"
         for ax, term in zip(axes[0], terms):
             points = [(b, r[f"grad_norm/bucket_{b}/{prefix}{term}"]) for b in buckets
@@ -375,7 +377,10 @@ def plot_gradients(run_dir: str | Path, iterations: list[int] | None = None, out
                                    for t in terms] + ["reward std (bucket mean)"]):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("bucket (1: lowest reward std)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if len(seen) <= 12:
+            ax.set_xticks(sorted(seen))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(_run_title(run_dir), fontsize=9)

@@ -124,8 +124,8 @@ def test_lists_are_checked_against_ragens_names():
     assert rx.parse_args(["main-table", "--tasks", "countdown"]).tasks == ["countdown"]
 
 
-def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(tmp_path, tiny_model, tokenizer,
-                                                                            monkeypatch):
+def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(
+        tmp_path, tiny_model, tokenizer, monkeypatch):
     import trainers
 
     class Varied(trainers.Trainer):  # the real trainer, rolling out replies whose rewards differ in a group
