@@ -95,6 +95,9 @@ class RubiksCubeEnv(TextEnv):
         if move is None:
             return None
         d = cube.distance(self.state)
+        # what the observation shows (each mixed face's colours), then the plan
+        mixed = [f"{name} ({' '.join(sorted(set(self.state[k:k + 4])))})"
+                 for name, k in zip(FACE_NAMES, range(0, 24, 4)) if len(set(self.state[k:k + 4])) > 1]
         left = "solves the cube" if d == 1 else f"leaves {d - 1} more"
-        return (f"The cube is {d} quarter turn{'s' if d > 1 else ''} from solved. {move} starts a shortest "
-                f"solution and {left}.")
+        return (f"Mixed faces: {', '.join(mixed)}. The cube is {d} quarter turn{'s' if d > 1 else ''} from "
+                f"solved; {move} starts a shortest solution and {left}.")

@@ -156,7 +156,7 @@ def test_the_oracle_solves_in_the_fewest_moves_for_reward_one_once(depth):
         env.reset(seed=seed)
         rewards = []
         for step in range(depth):
-            assert env.get_wrapper_attr("oracle_reasoning")().startswith(f"The cube is {depth - step} quarter")
+            assert f"The cube is {depth - step} quarter" in env.get_wrapper_attr("oracle_reasoning")()
             _, reward, terminated, truncated, info = env.step(oracle())
             rewards.append(reward)
             assert info["distance"] == depth - step - 1 and not truncated
