@@ -435,8 +435,20 @@ def test_where_the_trainer_validated_the_same_episodes_play_again_at_the_rollout
     assert metrics == {"iteration": 3} and asked == []  # the trainer did not validate here
     metrics = {"iteration": 4, "val/success": 0.1}
     callback.on_iteration_end(trainer, 4, metrics)
-    assert asked == [run.sampling.temperature] and run.sampling.temperature != 0.5
+    assert asked == [run.sampling.temperature, 0.0] and run.sampling.temperature != 0.5
     assert metrics["val/success"] == 0.1 and metrics["val/sampled_success"] == run.sampling.temperature / 4
+    assert metrics["val/greedy_success"] == 0.0  # greedy: temperature 0
+
+
+def test_the_lift_is_each_seeds_last_evaluation_minus_its_start_with_a_t_interval():
+    import organism_learning
+
+    records = [{"history": [{"val/greedy_success": a}, {"iteration": 1}, {"val/greedy_success": b}]}
+               for a, b in ((0.2, 0.3), (0.1, 0.3), (0.2, 0.35))]
+    lift = organism_learning.lifts(records)["greedy_success"]
+    assert lift["per_seed"] == pytest.approx([0.1, 0.2, 0.15]) and lift["lift"] == pytest.approx(0.15)
+    assert lift["low"] == pytest.approx(0.15 - 4.30 * 0.05 / np.sqrt(3))  # t(2 df) x sd / sqrt(3)
+    assert "val_success" not in organism_learning.lifts(records)  # not evaluated at T = 0.5 here
 
 
 def test_the_collapse_script_writes_both_runs_curves_and_plot(tmp_path, monkeypatch):
