@@ -358,9 +358,16 @@ ORGANISM_SFT = {"episodes": 2500, "epochs": 2, "batch_size": 4, "learning_rate":
                 "imperfect": 0.15, "freeze_layers": 0, "chat": {"max_turns": 5}}
 
 
-def organism_sft(**fields) -> SFTConfig:
-    """The SFTConfig of ORGANISM_SFT, with ``fields`` (top-level SFTConfig fields) over it."""
-    settings = {**ORGANISM_SFT, **fields}
+def organism_sft_settings(env_ids=()) -> dict:
+    """ORGANISM_SFT with the envs' own parts over it (``EnvEntry.organism_sft``: an env whose organism
+    needs more demonstrations to learn it)."""
+    return _merged(ORGANISM_SFT, {k: v for e in env_ids if e in ENVIRONMENTS
+                                  for k, v in ENVIRONMENTS[e].organism_sft.items()})
+
+
+def organism_sft(env_ids=(), **fields) -> SFTConfig:
+    """The SFTConfig of ``organism_sft_settings(env_ids)``, with ``fields`` (top-level SFTConfig fields) over it."""
+    settings = {**organism_sft_settings(env_ids), **fields}
     chat = settings.pop("chat")
     return SFTConfig(**settings, chat=chat if isinstance(chat, ChatEnvConfig) else ChatEnvConfig(**chat))
 

@@ -18,8 +18,9 @@ vocabulary would lose what it never saw). The chat markers are special tokens; `
 Its model is a Llama-style decoder of ``layers`` x ``width`` (about 0.6M parameters with the default
 sizes), randomly initialised from the seed, then trained on the envs' oracle demonstrations by the
 warm start (``sft.py``: the same prompts, chat template, ``<think>`` prefill and imperfect turns) with
-``ORGANISM_SFT``'s settings, every layer trained. The result is an ordinary model folder that
-``ragen eval/train --model`` load (and, as any Llama folder, the vLLM backend: not tried here).
+``ORGANISM_SFT``'s settings (with the env's own, ``EnvEntry.organism_sft``), every layer trained. The
+result is an ordinary model folder that ``ragen eval/train --model`` load (and, as any Llama folder, the
+vLLM backend: not tried here).
 """
 
 from __future__ import annotations
@@ -115,9 +116,9 @@ def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: Org
                  device: str = "cpu") -> dict:
     """Build the organism's tokenizer and model for ``env_ids`` and train it on their demonstrations
     (``warm_start`` with every layer trained), saved to ``sft.output_dir``; by default with
-    ``organism_sft()`` into ``organism_dir``. Deterministic for ``sft.seed``; a folder holding the same
+    ``organism_sft(env_ids)`` into ``organism_dir``. Deterministic for ``sft.seed``; a folder holding the same
     build is reused."""
-    sft = replace(sft or organism_sft(output_dir=str(organism_dir(env_ids))), freeze_layers=0)
+    sft = replace(sft or organism_sft(env_ids, output_dir=str(organism_dir(env_ids))), freeze_layers=0)
     organism = organism or OrganismConfig()
     cached = reused(organism_name(organism), env_ids, sft)  # before learning a tokenizer it would not need
     if cached is not None:

@@ -270,7 +270,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     sf.add_argument("--from-scratch", action="store_true",
                     help="build a model organism (a small decoder and a tokenizer learnt on the envs' text, "
                          "sized by the flags below) and train it on the demonstrations, every layer; the "
-                         "defaults above become the organism's (trainers.config.ORGANISM_SFT)")
+                         "defaults above become the organism's (trainers.config.ORGANISM_SFT, with the env's own)")
     cli_args.add_config(sf, OrganismConfig, "the organism (--from-scratch)")
     sf.set_defaults(func=cmd_sft)
 
@@ -329,7 +329,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``argv``. Defaults come in layers, each over the one before: the dataclasses'; for ``train
     --resume``, the run's own config.json; ``--preset NAME``; ``--config FILE``; ``sft --from-scratch``'s.
     Flags given on the command line override them all."""
-    from trainers.config import ORGANISM_SFT, SFTConfig, TrainerConfig, eval_preset, preset
+    from trainers.config import SFTConfig, TrainerConfig, eval_preset, organism_sft_settings, preset
 
     parser, commands = build_parser()
     args = _parse(parser, commands, argv)
@@ -353,7 +353,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         envs, defaults = run_layer(load_run_config(args.config))
         layers.append((commands["train"], defaults))
     if args.command == "sft" and args.from_scratch:  # the organism's own training settings
-        layers.append((commands["sft"], cli_args.flatten(SFTConfig, ORGANISM_SFT)))
+        env_ids = [e.partition(":")[0] for e in args.env or ()]
+        layers.append((commands["sft"], cli_args.flatten(SFTConfig, organism_sft_settings(env_ids))))
     for subparser, defaults in layers:
         subparser.set_defaults(**defaults)
     if layers:

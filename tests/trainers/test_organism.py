@@ -73,3 +73,19 @@ def test_the_learning_rate_warms_up_then_decays_to_zero():
     factors = [_lr_factor("cosine", 100, step) for step in range(100)]
     assert factors[0] == 0.2 and factors[4] == 1.0 and all(a >= b for a, b in zip(factors[4:], factors[5:]))
     assert factors[-1] < 0.01 and _lr_factor("constant", 100, 50) == 1.0
+
+
+def test_an_envs_own_organism_settings_go_over_the_organisms():
+    """Sokoban's organism needs more epochs than the demo env's to read the board (its entry says so); the
+    library and `ragen sft --from-scratch` both take them, and a flag still wins."""
+    from ragen_envs.registry import ENVIRONMENTS, env_for_task
+    from trainers.config import organism_sft, organism_sft_settings
+
+    sokoban, demo = env_for_task("sokoban"), env_for("demo")
+    assert ENVIRONMENTS[sokoban].organism_sft == {"epochs": 8} and not ENVIRONMENTS[demo].organism_sft
+    assert organism_sft_settings([demo]) == ORGANISM_SFT and organism_sft([demo]) == organism_sft()
+    assert organism_sft([sokoban]).epochs == 8 and organism_sft([sokoban]).episodes == ORGANISM_SFT["episodes"]
+    assert parse(["sft", "--from-scratch", "--env", sokoban]).epochs == 8
+    assert parse(["sft", "--from-scratch", "--env", f"{sokoban}:2"]).epochs == 8
+    assert parse(["sft", "--from-scratch", "--env", sokoban, "--epochs", "3"]).epochs == 3
+    assert parse(["sft", "--from-scratch", "--env", demo]).epochs == ORGANISM_SFT["epochs"]
