@@ -65,24 +65,6 @@ def test_the_layers_are_the_folders():
     assert layer("trainers.trainer") == "trainers" and layer("ragen_envs.remote.server.app") == "top"
 
 
-def test_old_import_paths_still_work_and_name_the_new_place():
-    import importlib
-    import warnings
-
-    import ragen_envs
-
-    for old, new in ragen_envs.MOVED.items():
-        if old.startswith("ragen_envs.server.app") or old.endswith("ray_pool"):
-            continue  # their extras may be missing; the mechanism is the same
-        sys.modules.pop(old, None)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            module = importlib.import_module(old)
-        assert module is importlib.import_module(new)
-        assert any(new in str(w.message) for w in caught), old
-    from ragen_envs.remote import RemoteEnv  # noqa: F401  (a path users write: still the same)
-
-
 def test_import_and_make_load_no_torch():
     script = ("import json, sys, gymnasium as gym, ragen_envs\n"
               "for env_id in ragen_envs.ENVIRONMENTS:\n"

@@ -311,8 +311,6 @@ class TrainerBase:
                              f"({str(error).splitlines()[0]})") from None
         self.iteration = state["iteration"]
         self.runner.load_state_dict(state)  # every rank continues its own seed sequence
-        saved = state["mi_ema"]
-        saved = {"first": saved} if "sigma" in saved else saved  # a checkpoint with one EMA only
-        for name, ema_state in saved.items():
+        for name, ema_state in state["mi_ema"].items():
             if name in self.mi_emas:
                 self.mi_emas[name].load_state_dict(ema_state)

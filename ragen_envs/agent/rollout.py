@@ -306,8 +306,7 @@ class RolloutRunner:
     def load_state_dict(self, state: dict) -> None:
         """Continue the seed sequence of ``state_dict()`` (of this rank's own seeds)."""
         self.calls = state["calls"]
-        # a checkpoint from before seed_offset was saved: every batch then drew the next seeds
-        self.next_seed = self.config.seed + state.get("seed_offset", state["calls"] * len(self.group_envs))
+        self.next_seed = self.config.seed + state["seed_offset"]
 
     def _sampling_seed(self, turn: int) -> int:
         """A fresh sampling seed per call and turn, from the configured seed: rollouts replay exactly."""

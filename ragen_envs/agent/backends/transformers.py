@@ -20,6 +20,7 @@ images' digests.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Sequence
 
@@ -32,12 +33,18 @@ from ragen_envs.agent.backends.base import Generation, Images, Policy, Prompt, S
 from ragen_envs.agent.default_model import load_model, load_processor
 
 
+@functools.cache
+def cache_argument(model_class) -> str:
+    """The name ``model_class.forward`` takes its KV cache by: read once per class, not every step."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def forward(model, cache=None, **kwargs):
     """``model(**kwargs)`` with a KV cache, returning (logits, cache).
 
     transformers 5 renamed ``past_key_values`` to ``cache`` (the old name warns); accept both.
     """
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    name = cache_argument(type(model))
     if cache is not None:
         kwargs[name] = cache
     out = model(use_cache=True, **kwargs)

@@ -1,7 +1,7 @@
 """``ragen serve``: environments over HTTP, many sessions at once, also in OpenEnv's protocol.
 
 Each session is its own env instance (``gymnasium.make``). The session API, which ``RemoteEnv``
-speaks (JSON bodies, values in ``ragen_envs.wire``'s form)::
+speaks (JSON bodies, values in ``ragen_envs.remote.wire``'s form)::
 
     POST   /v1/sessions                      {"env_id": ID?, "render_mode": MODE?} -> the env's surface
     POST   /v1/sessions/{sid}/reset          {"seed": S?, "options": {...}?}       -> observation, info
