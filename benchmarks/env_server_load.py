@@ -17,7 +17,7 @@ against openenv-core's own ``create_app`` serving the same env through a thin ``
 
     python benchmarks/env_server_load.py --vs-openenv --env Ragen/FrozenLake-v0 [--steps 20 --rounds 3]
 
-The table is a measurement of this machine; the test suite asserts no time (tests/test_server.py
+The table is a measurement of this machine; the test suite asserts no time (tests/remote/test_server.py
 runs the same clients for correctness). "server CPU s" is the server process's CPU time during the
 level: with client and server on the same cores, it tells how much of the wall time the server used.
 """

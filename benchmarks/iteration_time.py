@@ -16,8 +16,9 @@ default) and the rollout's generated tokens/s; the last line is this machine's d
 model (``rollout_throughput.upper_bound``: one batched decode of P x G rows, no env).
 ``--organism``: the demo env's model organism (``trainers/organism.py``, built on first use) at the
 ``organism`` preset's scale, RAGEN's main table: 8 x 16, 5 turns, MI scored (goal: at most 20 s).
-What each iteration computes is the same in the first two rows (``tests/test_backends.py`` and
-``tests/test_trainer.py`` check that kept caches and skipped passes give the same tokens, log-probs and weights).
+What each iteration computes is the same in the first two rows (``tests/agent/test_backends.py`` and
+``tests/trainers/test_trainer.py`` check that kept caches and skipped passes give the same tokens,
+log-probs and weights).
 
     python benchmarks/iteration_time.py [--groups 4 --group-size 4 --max-turns 5 --max-new-tokens 128]
     python benchmarks/iteration_time.py --organism --rows before now

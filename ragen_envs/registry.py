@@ -2,12 +2,12 @@
 (``ragen list``), the README's table, the presets, the demos and the benchmarks read.
 
 Adding an environment is its package (``ragen_envs/<name>/``), one ``EnvEntry`` below and its own
-test file (``tests/test_<name>.py``); the shared suites (the env contract, the agent's full rollout,
+test file (``tests/envs/test_<name>.py``); the shared suites (the env contract, the agent's full rollout,
 the server, the reward audit) then cover it from its entry alone. Every fact about an env that code
 elsewhere needs is a field of its entry: what it needs installed (Python extra, system program and
 how to check it), its settings in each preset, the arguments the shared tests use, and the role it
 plays (the default env, the demo's, the shared tests'). No file outside the env's package, this
-catalogue and its test file names its id (``tests/test_catalogue.py`` checks). A variant of an env (a
+catalogue and its test file names its id (``tests/contract/test_registry.py`` checks). A variant of an env (a
 harder level set, a slippery lake) is an entry of its own with preset ``kwargs``, so it has an id of
 its own, as the paper's configs name them.
 """

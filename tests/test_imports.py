@@ -7,6 +7,7 @@ install the envs alone)."""
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,20 @@ def test_the_cli_parses_and_lists_without_torch():
               "print(json.dumps(any(m in sys.modules for m in ('torch', 'fastapi', 'uvicorn'))))")
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout
     assert out.splitlines()[-1] == "false"
+
+
+# A path in a docstring or comment that starts at one of these folders names a file of this project
+OWN_ROOTS = ("ragen_envs", "trainers", "benchmarks", "tests", ".ci")
+# whole paths only: one that goes on with a pattern (test_<name>.py, *.md) is not matched at all
+PATH = re.compile(r"(?<![\w/.-])((?:%s)/[\w./-]*\w)(?![\w/<*{-]|\.[\w/<*{-])" % "|".join(map(re.escape, OWN_ROOTS)))
+
+
+def test_every_path_the_code_and_readmes_name_exists():
+    """Stale paths mislead a newcomer: every project path written in the code, pyproject, Makefile and the
+    READMEs exists (a pattern with <name> or * and generated results are left out)."""
+    root = Path(__file__).resolve().parents[1]
+    files = [p for d in OWN_ROOTS[:4] for p in (root / d).rglob("*.py")]
+    files += [root / n for n in ("pyproject.toml", "Makefile", "README.md", "benchmarks/README.md")]
+    missing = sorted({(str(f.relative_to(root)), m.group(1)) for f in files for m in PATH.finditer(f.read_text())
+                      if "results/" not in m.group(1) and not (root / m.group(1)).exists()})
+    assert missing == []

@@ -1,5 +1,5 @@
 """The grid games (Sokoban, FrozenLake): every observation format and type, images, rendering and the
-shared-memory vector path of each. The contract all envs share is tests/test_env_contract.py."""
+shared-memory vector path of each. The contract all envs share is tests/contract/test_env_contract.py."""
 
 import gymnasium as gym
 import numpy as np
