@@ -30,7 +30,7 @@ from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce,
                                   gathered, init_distributed, load_optimizer)
 from trainers.metrics import PROBE_FILE, MetricsLogger, append_jsonl, plot_run
 from trainers.scoring import build_scorers
-from trainers.setup import model_name, prepare_model, use_bf16
+from trainers.model import model_name, prepare_model, use_bf16
 
 
 def check_held_out(cfg: TrainerConfig, groups: int, envs: int, world: int) -> None:

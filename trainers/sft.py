@@ -37,7 +37,7 @@ from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.registry import ENVIRONMENTS
 from ragen_envs.agent.parsing import THINK_OPEN
 from trainers.config import SFTConfig
-from trainers.setup import model_name, prepare_model
+from trainers.model import model_name, prepare_model
 
 
 @dataclass
