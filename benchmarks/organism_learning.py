@@ -82,6 +82,11 @@ SUCCESSES = (("val/success", "val_success", "T = 0.5"), ("val/greedy_success", "
              ("val/sampled_success", "sampled_success", "T = 1"))
 
 
+def prefix(name: str) -> str:
+    """The summary's key prefix for a success: "" for val_success, else "greedy_" or "sampled_"."""
+    return "" if name == "val_success" else name.split("_")[0] + "_"
+
+
 def lifts(records: list[dict]) -> dict:
     """Per held-out success: each seed's last evaluation minus its first (the SFT start, on the same
     episodes), their mean and 95 % t interval over seeds (training noise and the episodes' own)."""
@@ -112,16 +117,11 @@ def summarise(records: list[dict], episodes: int) -> list[dict]:
             if all(key in h for h in hs):
                 s = np.array([h[key] for h in hs])
                 low, high = wilson(float(s.mean()), episodes * len(s))
-                prefix = "" if name == "val_success" else name.split("_")[0] + "_"
-                row.update({name: float(s.mean()), f"{prefix}low": low, f"{prefix}high": high,
-                            f"{prefix}min": float(s.min()), f"{prefix}max": float(s.max())})
+                pre = prefix(name)
+                row.update({name: float(s.mean()), f"{pre}low": low, f"{pre}high": high,
+                            f"{pre}min": float(s.min()), f"{pre}max": float(s.max())})
         rows.append(row)
     return rows
-
-
-def prefix(name: str) -> str:
-    """The summary's key prefix for a success: "" for val_success, else "greedy_" or "sampled_"."""
-    return "" if name == "val_success" else name.split("_")[0] + "_"
 
 
 def plot(out: Path, records: list[dict], rows: list[dict], episodes: int, env: str = findings.WARM_ENV) -> None:

@@ -229,7 +229,7 @@ def main(argv=None) -> list[dict]:
         model = findings.warm_model(args, env)
         folder = out / task  # each task's own starts and cells
         folder.mkdir(exist_ok=True)
-        configure = partial(lambda env, s, seed, fields: findings.preset_config(args, env, s, seed, fields), env)
+        configure = partial(findings.preset_config, args, env)  # (scale, seed, fields) -> TrainerConfig
         rows += [{"task": task, **row} for row in findings.run_cells(args, folder, model, task_cells, env, configure)]
         if args.experiment == "gradient-analysis" and not args.finished_only:
             from trainers.metrics import plot_gradients
