@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
-from ragen_envs.agent.rollout import RolloutConfig, RolloutRunner
+from ragen_envs.agent.rollout import Episode, RolloutConfig, RolloutRunner
 from ragen_envs.agent.trajectory import Trajectory
 
 
@@ -118,46 +118,39 @@ class AsyncRolloutRunner(RolloutRunner):
     async def acollect(self, progress: Callable[[int, int], None] | None = None,
                        seeds: list[int] | None = None) -> list[Trajectory]:
         c, policy = self.config, self.policy
-        envs, trajectories, given = self._start(seeds)
-        n = len(envs)
-        prompts: list[list[int] | None] = [None] * n
-        dropped = [0] * n
-        turns_done = [0] * n
+        episodes, given = self._start(seeds)
         stepping = [0]  # episodes in an env step now: the requests a batch may wait for
         batcher = None if hasattr(policy, "agenerate") else RequestBatcher(policy, wait_s=self.batch_wait_s,
                                                                            waiting=lambda: stepping[0])
         generate = policy.agenerate if batcher is None else batcher.generate
         loop = asyncio.get_running_loop()
-        pool = ThreadPoolExecutor(self.env_threads or n)
+        pool = ThreadPoolExecutor(self.env_threads or len(episodes))
         start = time.perf_counter()
 
-        async def episode(i: int) -> None:
+        async def play(i: int, e: Episode) -> None:
             for turn in range(c.chat.max_turns):
-                if envs[i].done or self._fit(i, envs, prompts, dropped, trajectories):
+                if e.done or e.fit():
                     break
                 # One seed per episode and turn: G samples of a group must not draw the same tokens.
-                seed = self._sampling_seed(turn) + i
-                generation = await generate(self._request(i, envs, prompts, dropped), replace(c.sampling, seed=seed))
+                generation = await generate(e.request(), replace(c.sampling, seed=self._sampling_seed(turn) + i))
                 reply = self.prefill + generation.text  # the reply starts inside the prefilled <think>
                 stepping[0] += 1
                 try:
-                    record = await loop.run_in_executor(pool, envs[i].step, reply)
+                    record = await loop.run_in_executor(pool, e.step, reply)
                 finally:
                     stepping[0] -= 1
-                self._record(i, generation, reply, record, envs, prompts, dropped, trajectories)
-                turns_done[i] = turn + 1
-                if progress:
-                    active = [t for k, t in enumerate(turns_done) if not envs[k].done]
+                e.record(generation, reply, record)
+                if progress:  # the turn the slowest episode still playing is at
+                    active = [len(o.trajectory.turns) for o in episodes if not o.done]
                     progress(min(active, default=c.chat.max_turns), len(active))
-            turns_done[i] = c.chat.max_turns
 
         policy.reset_cache()  # nothing kept by earlier calls is reused (or held in memory) by this batch
         try:
-            await asyncio.gather(*(episode(i) for i in range(n)))
+            await asyncio.gather(*(play(i, e) for i, e in enumerate(episodes)))
         finally:
             policy.reset_cache()
             pool.shutdown()
-        self._finish(envs, trajectories, given)
+        trajectories = self._finish(episodes, given)
         self.stats = {"wall_s": time.perf_counter() - start,
                       "generate_busy_s": batcher.busy_s if batcher else float("nan"),
                       "generate_calls": float(batcher.batches if batcher else sum(len(t.turns) for t in trajectories))}

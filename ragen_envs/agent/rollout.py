@@ -147,6 +147,88 @@ def context_window(messages: list[dict], mode: str, turns: int) -> list[dict]:
     return [messages[0], {"role": "user", "content": content}]
 
 
+@dataclass(eq=False)
+class Episode:
+    """One episode of a batch as both runners play it: its env, the prompt its next turn is sent (None:
+    to be encoded from its messages), how many old messages the context cap leaves out of it, and its
+    record. ``runner`` supplies the policy and the settings."""
+
+    env: ChatEnv
+    trajectory: Trajectory
+    runner: RolloutRunner = field(repr=False)
+    prompt: TokenPrompt | None = None
+    dropped: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.env.done
+
+    def shown(self) -> list[dict]:
+        """The messages its prompt is built from: the chat under the context window (``context_window``;
+        the chat itself, the same list, when nothing is left out)."""
+        c = self.runner.config
+        return context_window(self.env.messages, c.context_window_mode, c.max_context_window)
+
+    def fit(self) -> bool:
+        """Make the prompt fit the context (see the module docstring). True: it cannot, and the episode
+        was ended."""
+        policy, prefill_ids, limit = self.runner.policy, self.runner.prefill_ids, self.runner.max_prompt_tokens
+        messages = self.shown()
+        if self.prompt is None:
+            self.prompt = TokenPrompt(policy.encode_chat(messages) + prefill_ids, vision.message_images(messages))
+        if len(self.prompt) <= limit:
+            return False
+        for k in range(2, len(messages) - 1, 2):  # drop (user, assistant) pairs after the system message
+            kept = _without_oldest(messages, k)
+            ids = policy.encode_chat(kept) + prefill_ids
+            if len(ids) <= limit:
+                self.prompt, self.dropped = TokenPrompt(ids, vision.message_images(kept)), k
+                return False
+        self.env.done = True
+        self.trajectory.context_overflow = True
+        return True
+
+    def request(self) -> Prompt:
+        """What the policy is sent: the prompt, or, where images travel only in chat messages, the
+        messages it holds (the reply's prefill as an assistant message to continue)."""
+        prefill = self.runner.prefill
+        if not (self.runner.policy.chat_images and self.prompt.images):
+            return self.prompt
+        kept = _without_oldest(self.shown(), self.dropped)
+        return kept + ([{"role": "assistant", "content": prefill}] if prefill else [])
+
+    def step(self, reply: str):
+        return self.env.step(reply)
+
+    def record(self, gen, reply: str, record) -> None:
+        """Store the turn and, unless the episode ended, extend the prompt with the reply and the env's answer."""
+        tok, prefill, prompt = self.runner.policy.encoder, self.runner.prefill, self.prompt
+        start, end = think_span(tok, gen.token_ids, bool(prefill)) if self.runner.config.chat.enable_think \
+            else (None, None)
+        self.trajectory.turns.append(Turn(
+            prompt_ids=prompt, response_ids=gen.token_ids, logprobs=gen.logprobs,
+            response=reply, reasoning=record.reasoning, actions=record.actions,
+            reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
+            think_start=start, think_end=end, messages_dropped=self.dropped,
+            entropies=gen.entropies, images=prompt.images))
+        if self.env.done:
+            return
+        messages = self.env.messages
+        # earlier messages changed (max_images) or the context window leaves turns out: encoded again next turn
+        if self.env.history_rewritten or self.shown() is not messages:
+            self.prompt = None
+            return
+        self.prompt = TokenPrompt(chat_encoding.extend(tok, prompt, gen.token_ids, messages, prefill),
+                                  [*prompt.images, *vision.message_images(messages[-1:])])
+
+    def finish(self) -> Trajectory:
+        """The record, with the whole chat, the return and the outcome."""
+        self.trajectory.messages = list(self.env.messages)
+        self.trajectory.episode_return = self.env.episode_return
+        self.trajectory.success = self.env.success
+        return self.trajectory
+
+
 class RolloutRunner:
     """Collects grouped rollouts of ``envs`` (an env id, or a dict env id -> number of groups)."""
 
@@ -184,120 +266,56 @@ class RolloutRunner:
         before each turn's generation. ``seeds``: one env seed per group (default: the next P seeds
         of the run; given seeds leave that sequence where it was)."""
         c, policy = self.config, self.policy
-        envs, trajectories, given = self._start(seeds)
-        prompts: list[TokenPrompt | None] = [None] * len(envs)
+        episodes, given = self._start(seeds)
         policy.reset_cache()  # nothing kept by earlier calls is reused (or held in memory) by this batch
-        dropped = [0] * len(envs)
-        active = list(range(len(envs)))
+        active = episodes
         pool = ThreadPoolExecutor(c.env_workers) if c.env_workers > 1 else None
         try:
             for turn in range(c.chat.max_turns):
-                active = [i for i in active if not envs[i].done and not self._fit(i, envs, prompts, dropped,
-                                                                                  trajectories)]
+                active = [e for e in active if not e.done and not e.fit()]
                 if not active:
                     break
                 if progress:
                     progress(turn, len(active))
                 sampling = replace(c.sampling, seed=self._sampling_seed(turn))
-                generations = policy.generate([self._request(i, envs, prompts, dropped) for i in active], sampling)
+                generations = policy.generate([e.request() for e in active], sampling)
                 # With a prefilled <think>, the reply's text starts with it, as its tokens follow it.
                 replies = [self.prefill + gen.text for gen in generations]
-
-                def step(pair):
-                    return envs[pair[0]].step(pair[1])
-
-                records = list((pool.map if pool else map)(step, zip(active, replies)))
-                for i, gen, reply, record in zip(active, generations, replies, records):
-                    self._record(i, gen, reply, record, envs, prompts, dropped, trajectories)
-                active = [i for i in active if not envs[i].done]
+                records = list((pool.map if pool else map)(Episode.step, active, replies))
+                for e, gen, reply, record in zip(active, generations, replies, records):
+                    e.record(gen, reply, record)
+                active = [e for e in active if not e.done]
         finally:
             policy.reset_cache()
             if pool:
                 pool.shutdown()
-        self._finish(envs, trajectories, given)
-        return trajectories
+        return self._finish(episodes, given)
 
-    # -- the steps both runners share (this one and async_rollout.AsyncRolloutRunner) ---------------
-    def _start(self, seeds: list[int] | None) -> tuple[list[ChatEnv], list[Trajectory], bool]:
-        """Reset every env for a batch; returns (envs, empty trajectories, whether seeds were given)."""
+    # -- what both runners share (this one and async_rollout.AsyncRolloutRunner) ---------------------
+    def _start(self, seeds: list[int] | None) -> tuple[list[Episode], bool]:
+        """Reset every env for a batch; returns its episodes and whether seeds were given."""
         envs, g = self._make_envs(), self.config.group_size
         if seeds is not None and len(seeds) != len(self.group_envs):
             raise ValueError(f"collect(seeds=...) takes one seed per group: {len(self.group_envs)}, got {len(seeds)}")
         given = seeds is not None
         seeds = list(seeds) if given else [self.next_seed + i for i in range(len(self.group_envs))]
-        trajectories = []
+        episodes = []
         for i, env in enumerate(envs):
             group = i // g
             # Same initial state within a group; each sample then draws its own transitions (slip).
             transitions = int(np.random.SeedSequence([seeds[group], i % g]).generate_state(1)[0])
             messages = env.reset(seed=seeds[group], transition_seed=transitions)
-            trajectories.append(Trajectory(env_id=env.env_id, group=group, seed=seeds[group], messages=messages,
-                                           transition_seed=transitions,
-                                           env_kwargs=self.env_kwargs.get(env.env_id, {})))
-        return envs, trajectories, given
+            episodes.append(Episode(env, Trajectory(env_id=env.env_id, group=group, seed=seeds[group],
+                                                    messages=messages, transition_seed=transitions,
+                                                    env_kwargs=self.env_kwargs.get(env.env_id, {})), self))
+        return episodes, given
 
-    def _request(self, i: int, envs, prompts, dropped) -> Prompt:
-        """What the policy is sent for episode i: its prompt, or, where images travel only in chat
-        messages, the messages it holds (the reply's prefill as an assistant message to continue)."""
-        if not (self.policy.chat_images and prompts[i].images):
-            return prompts[i]
-        kept = _without_oldest(self._shown(envs[i]), dropped[i])
-        return kept + ([{"role": "assistant", "content": self.prefill}] if self.prefill else [])
-
-    def _record(self, i: int, gen, reply: str, record, envs, prompts, dropped, trajectories) -> None:
-        """Store episode i's turn and, unless it ended, extend its prompt with the reply and the env's answer."""
-        tok, c = self.policy.encoder, self.config
-        start, end = think_span(tok, gen.token_ids, bool(self.prefill)) if c.chat.enable_think else (None, None)
-        trajectories[i].turns.append(Turn(
-            prompt_ids=prompts[i], response_ids=gen.token_ids, logprobs=gen.logprobs,
-            response=reply, reasoning=record.reasoning, actions=record.actions,
-            reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
-            think_start=start, think_end=end, messages_dropped=dropped[i],
-            entropies=gen.entropies, images=prompts[i].images))
-        if envs[i].done:
-            return
-        messages = envs[i].messages
-        # earlier messages changed (max_images) or the context window leaves turns out: encoded again next turn
-        if envs[i].history_rewritten or self._shown(envs[i]) is not messages:
-            prompts[i] = None
-            return
-        prompts[i] = TokenPrompt(chat_encoding.extend(tok, prompts[i], gen.token_ids, messages, self.prefill),
-                                 [*prompts[i].images, *vision.message_images(messages[-1:])])
-
-    def _finish(self, envs, trajectories, given: bool) -> None:
-        for traj, env in zip(trajectories, envs):
-            traj.messages = list(env.messages)
-            traj.episode_return = env.episode_return
-            traj.success = env.success
+    def _finish(self, episodes: list[Episode], given: bool) -> list[Trajectory]:
+        trajectories = [e.finish() for e in episodes]
         if not given:
             self.next_seed += len(self.group_envs)
         self.calls += 1
-
-    def _fit(self, i: int, envs, prompts, dropped, trajectories) -> bool:
-        """Make env i's prompt fit the context (see the module docstring). True: it cannot, and the
-        episode was ended."""
-        limit = self.max_prompt_tokens
-        messages = self._shown(envs[i])
-        if prompts[i] is None:
-            prompts[i] = TokenPrompt(self.policy.encode_chat(messages) + self.prefill_ids,
-                                     vision.message_images(messages))
-        if len(prompts[i]) <= limit:
-            return False
-        for k in range(2, len(messages) - 1, 2):  # drop (user, assistant) pairs after the system message
-            kept = _without_oldest(messages, k)
-            ids = self.policy.encode_chat(kept) + self.prefill_ids
-            if len(ids) <= limit:
-                prompts[i], dropped[i] = TokenPrompt(ids, vision.message_images(kept)), k
-                return False
-        envs[i].done = True
-        trajectories[i].context_overflow = True
-        return True
-
-    def _shown(self, env: ChatEnv) -> list[dict]:
-        """The messages env's prompt is built from: its chat under the context window (``context_window``;
-        the chat itself, the same list, when nothing is left out)."""
-        c = self.config
-        return context_window(env.messages, c.context_window_mode, c.max_context_window)
+        return trajectories
 
     def state_dict(self) -> dict:
         """Where the run's seed sequence stands (the same on every rank): a checkpoint's part."""
