@@ -6,7 +6,7 @@ of ``SYMBOLS`` and per tile of ``ATLAS``; text, images and the human window all 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal, get_args
 
 import numpy as np
 from gymnasium import spaces
@@ -18,8 +18,10 @@ from ragen_envs.spaces import CHARSET, TextSpace
 # (row, column) steps; the order is the solvers' direction index.
 DIRECTIONS = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
 ACTION_NAMES = list(DIRECTIONS)
-OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
-OBSERVATION_TYPES = ("text", "image", "both")
+# the option sets of the grid games' arguments, checked by gym.make (registry.check_arguments)
+ObservationFormat = Literal["grid", "coord", "grid_coord"]
+ObservationType = Literal["text", "image", "both"]
+OBSERVATION_FORMATS, OBSERVATION_TYPES = get_args(ObservationFormat), get_args(ObservationType)
 
 COORD_HEADER = (
     "Board size: {rows} rows x {cols} columns; "
@@ -32,11 +34,6 @@ def format_cells(cells) -> str:
     return ", ".join(f"({r}, {c})" for r, c in cells) if cells else "none"
 
 
-def check_choice(name: str, value: Any, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-
-
 class GridEnv(LLMEnv):
     """Base of the grid games: Up/Down/Left/Right actions, text and image observations."""
 
@@ -46,11 +43,9 @@ class GridEnv(LLMEnv):
     SYMBOLS: str = ""  # symbol of each tile code
     ATLAS: np.ndarray  # image of each tile code, shape (codes, TILE, TILE, 3)
 
-    def __init__(self, shape: tuple[int, int], max_steps: int, observation_format: str,
-                 observation_type: str, render_mode: str | None):
+    def __init__(self, shape: tuple[int, int], max_steps: int, observation_format: ObservationFormat,
+                 observation_type: ObservationType, render_mode: str | None):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
-        check_choice("observation_format", observation_format, OBSERVATION_FORMATS)
-        check_choice("observation_type", observation_type, OBSERVATION_TYPES)
         self.shape = tuple(shape)
         self.observation_format = observation_format
         self.observation_type = observation_type

@@ -48,17 +48,15 @@ a worker for more than a second or two.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_positive_int, open_text
 from ragen_envs.countdown import ragen_rule
 from ragen_envs.countdown.expression import Expression, parse, solve
 from ragen_envs.countdown.generator import MAX_NUMBERS, MAX_VALUE, CountdownConfig, CountdownTask, generate
 
 HUB_NAME = "Jiayi-Pan/Countdown-Tasks-3to4"
-ANSWER_CHECKS = ("ragen", "strict")
-SELECTIONS = ("ragen", "all")
 FIELDS = ("target", "nums")
 
 INSTRUCTIONS = (
@@ -100,11 +98,9 @@ class CountdownEnv(TextEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 3,
-                 render_mode: str | None = None, answer_check: str = "ragen",
-                 selection: str = "ragen", max_instances: int = 20_000, **ranges):
+                 render_mode: str | None = None, answer_check: Literal["ragen", "strict"] = "ragen",
+                 selection: Literal["ragen", "all"] = "ragen", max_instances: int = 20_000, **ranges):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
-        check_option("answer_check", answer_check, ANSWER_CHECKS)
-        check_option("selection", selection, SELECTIONS)
         self.answer_check, self.selection = answer_check, selection
         check_positive_int("max_instances", max_instances)
         try:  # the generator's settings, with their defaults declared once: CountdownConfig's

@@ -53,10 +53,10 @@ that solution.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import TextEnv, check_positive_int, open_text
 from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.problems import Problem, program_of, stdout_matches, values_match
 from ragen_envs.deepcoder.sandbox import Limits, Run, make_sandbox
@@ -129,9 +129,8 @@ class DeepCoderEnv(TextEnv):
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 1,
                  sandbox: str = "bubblewrap", limits: Limits | None = None, render_mode: str | None = None,
-                 compare: str = "values"):
+                 compare: Literal["values", "ragen"] = "values"):
         check_positive_int("max_attempts", max_attempts)
-        check_option("compare", compare, ("values", "ragen"))
         self.compare = compare
         super().__init__(max_steps=max_attempts + 2, render_mode=render_mode)
         self.max_attempts = max_attempts

@@ -44,7 +44,7 @@ from collections import deque
 import numpy as np
 
 from ragen_envs import rendering
-from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, format_cells
+from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, ObservationFormat, ObservationType, format_cells
 
 FROZEN, HOLE, GOAL, PLAYER, PLAYER_IN_HOLE, PLAYER_ON_GOAL = range(6)
 MAX_ATTEMPTS = 10_000  # maps drawn before giving up (only for p so low that paths are rare)
@@ -118,7 +118,7 @@ class FrozenLakeEnv(GridEnv):
     ATLAS = _atlas()
 
     def __init__(self, size: int = 4, p: float = 0.8, slip: float = 0.0, max_steps: int = 100,
-                 observation_format: str = "grid", observation_type: str = "text",
+                 observation_format: ObservationFormat = "grid", observation_type: ObservationType = "text",
                  render_mode: str | None = None):
         if not isinstance(size, int) or not 2 <= size <= 20:
             raise ValueError(f"size must be an integer from 2 to 20, got {size!r}")

@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import TextEnv, check_positive_int, open_text
 from ragen_envs.metamath.answers import exact_match, gold_from_response, is_correct, ragen_label
 from ragen_envs.metamath.generator import generate
 
@@ -80,10 +80,9 @@ class MetaMathQAEnv(TextEnv):
     instructions = INSTRUCTIONS
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 3,
-                 render_mode: str | None = None, answer_check: str = "exact", selection: str = "ragen"):
+                 render_mode: str | None = None, answer_check: Literal["exact", "normalized"] = "exact",
+                 selection: Literal["ragen", "draw"] = "ragen"):
         check_positive_int("max_attempts", max_attempts)
-        check_option("answer_check", answer_check, ("exact", "normalized"))
-        check_option("selection", selection, ("ragen", "draw"))
         super().__init__(max_steps=max_attempts, render_mode=render_mode)
         self.max_attempts, self.answer_check = max_attempts, answer_check
         self.source = data.Source(dataset, "train" if data.is_hub(dataset) else split, FIELDS, HUB_NAME, to_problem,

@@ -48,10 +48,10 @@ Arguments:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_positive_int, open_text
 from ragen_envs.searchqa import corpus as builtin
 from ragen_envs.searchqa.corpus import Passage, Question
 from ragen_envs.searchqa.retrieval import HTTPRetriever, PassageIndex, RetrievalError
@@ -92,15 +92,13 @@ class SearchQAEnv(TextEnv):
     def __init__(self, dataset: Any = "builtin", split: str = "train", corpus: Any = "builtin",
                  retriever_url: str | None = None, retriever_api: str = "ragen", top_k: int = 5,
                  max_passage_chars: int = 800, max_total_chars: int = 4000, max_steps: int = 10,
-                 render_mode: str | None = None, invalid_action: str = "answer", success: str = "ragen",
-                 selection: str = "ragen", max_instances: int = 20_000):
+                 render_mode: str | None = None, invalid_action: Literal["answer", "penalize"] = "answer",
+                 success: Literal["ragen", "exact"] = "ragen", selection: Literal["ragen", "draw"] = "ragen",
+                 max_instances: int = 20_000):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         for name, value in (("top_k", top_k), ("max_passage_chars", max_passage_chars),
                             ("max_total_chars", max_total_chars), ("max_instances", max_instances)):
             check_positive_int(name, value)
-        check_option("invalid_action", invalid_action, ("answer", "penalize"))
-        check_option("success", success, ("ragen", "exact"))
-        check_option("selection", selection, ("ragen", "draw"))
         self.top_k, self.max_passage_chars, self.max_total_chars = top_k, max_passage_chars, max_total_chars
         self.invalid_action, self.success_rule = invalid_action, success
         ragen = selection == "ragen"

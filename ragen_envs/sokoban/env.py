@@ -52,7 +52,7 @@ import numpy as np
 
 from ragen_envs import rendering
 from ragen_envs.base import check_positive_int
-from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, format_cells
+from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, ObservationFormat, ObservationType, format_cells
 from ragen_envs.sokoban.generator import Level, generate_level
 from ragen_envs.sokoban.solver import solve
 
@@ -98,8 +98,9 @@ class SokobanEnv(GridEnv):
     reward_range = (STEP_PENALTY + BOX_OFF_PENALTY, STEP_PENALTY + BOX_ON_REWARD + SOLVED_REWARD)
 
     def __init__(self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
-                 search_depth: int = 300, solver_nodes: int = 8000, observation_format: str = "grid",
-                 observation_type: str = "text", symbols: str = SYMBOLS, render_mode: str | None = None):
+                 search_depth: int = 300, solver_nodes: int = 8000,
+                 observation_format: ObservationFormat = "grid", observation_type: ObservationType = "text",
+                 symbols: str = SYMBOLS, render_mode: str | None = None):
         rows, cols = _pair("dim_room", dim_room)
         if not isinstance(symbols, str) or len(symbols) != len(TILE_NAMES) or len(set(symbols)) != len(symbols) \
                 or any(ch.isspace() for ch in symbols):

@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_option, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_positive_int, open_text
 from ragen_envs.bm25 import shared_index
 from ragen_envs.webshop import catalog
 from ragen_envs.webshop.catalog import Goal, Product
@@ -87,16 +87,12 @@ class WebShopEnv(TextEnv):
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 15,
                  results_per_page: int = 10, max_results: int = 50, render_mode: str | None = None,
-                 reward: str = "binary", observation: str = "ragen", invalid_action: str = "ignore",
-                 selection: str = "ragen"):
+                 reward: Literal["binary", "score"] = "binary", observation: Literal["ragen", "page"] = "ragen",
+                 invalid_action: Literal["ignore", "penalize"] = "ignore",
+                 selection: Literal["ragen", "hash"] = "ragen"):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         for name, value in (("results_per_page", results_per_page), ("max_results", max_results)):
             check_positive_int(name, value)
-        for name, value, choices in (("reward", reward, ("binary", "score")),
-                                     ("observation", observation, ("ragen", "page")),
-                                     ("invalid_action", invalid_action, ("ignore", "penalize")),
-                                     ("selection", selection, ("ragen", "hash"))):
-            check_option(name, value, choices)
         self.per_page, self.max_results = results_per_page, max_results
         self.reward_rule, self.observation_rule, self.invalid_action = reward, observation, invalid_action
         self.split = split

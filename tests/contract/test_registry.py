@@ -24,6 +24,31 @@ def test_every_catalogue_entry_is_registered(env_id):
     env.close()
 
 
+def option_arguments(env_id: str) -> dict[str, tuple]:
+    """The env class's arguments typed ``Literal[...]``: its option sets, written once, in its signature."""
+    import typing
+
+    from ragen_envs.registry import load_class
+
+    hints = typing.get_type_hints(load_class(ENVIRONMENTS[env_id]).__init__)
+    return {name: typing.get_args(h) for name, h in hints.items() if typing.get_origin(h) is Literal}
+
+
+def test_the_envs_option_sets_are_literal_types():
+    found = {env_id: option_arguments(env_id) for env_id in usable_ids()}
+    names = {name for options in found.values() for name in options}
+    # the grid games' formats and the text tasks' scoring options (RAGEN's rule or ours) all are Literals
+    assert {"observation_format", "observation_type", "answer_check", "selection", "invalid_action", "success",
+            "reward", "observation", "compare"} <= names
+
+
+@pytest.mark.parametrize("env_id", env_params(list(ENVIRONMENTS)))
+def test_gym_make_refuses_a_value_outside_an_option_set(env_id):
+    for name, choices in option_arguments(env_id).items():
+        with pytest.raises(ValueError, match=f"argument {name!r} must be one of {', '.join(map(repr, choices))}"):
+            gym.make(env_id, **{name: "no-such-option"})
+
+
 def test_a_missing_extra_is_named_at_make():
     register(EnvEntry("RagenTest/NeedsExtra-v0", "ragen_envs.sokoban:SokobanEnv", "needs a package",
                       extra="shop", requires=("no_such_module_for_ragen",)))
