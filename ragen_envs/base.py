@@ -214,6 +214,32 @@ def observation_text(obs) -> str:
     return obs["text"] if isinstance(obs, dict) else str(obs)
 
 
+def bounded(default, *, min=None, above=None, max=None, why: str = "", **metadata):
+    """A dataclass field whose bounds are declared with it: at least ``min``, more than ``above``, at most
+    ``max`` (``why``: the reason a message gives); ``check_bounds`` checks them. Other keywords are metadata."""
+    limits = {k: v for k, v in (("min", min), ("above", above), ("max", max)) if v is not None}
+    return dataclasses.field(default=default, metadata={**metadata, "bounds": limits, "why": why})
+
+
+def check_bounds(config) -> None:
+    """A ValueError for each field of the dataclass ``config`` outside the bounds ``bounded`` declared (None
+    passes where the field's type admits it)."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        limits = f.metadata.get("bounds")
+        value = getattr(config, f.name)
+        optional = type(None) in typing.get_args(hints.get(f.name))
+        if not limits or value is None and optional:
+            continue
+        low, above, high = limits.get("min"), limits.get("above"), limits.get("max")
+        if value is None or low is not None and value < low or above is not None and value <= above \
+                or high is not None and value > high:
+            what = f"in [{low}, {high}]" if low is not None and high is not None else " and ".join(
+                f"{op} {limits[k]}" for k, op in (("min", ">="), ("above", ">"), ("max", "<=")) if k in limits)
+            why = f" ({f.metadata['why']})" if f.metadata.get("why") else ""
+            raise ValueError(f"{f.name} must be {what}{why}{' or None' if optional else ''}, got {value!r}")
+
+
 def check_choices(config) -> None:
     """A ValueError for each field of the dataclass ``config`` typed ``Literal[...]`` (or ``... | None``)
     whose value is not one of its choices: a config's option sets are written once, in its types."""
@@ -227,13 +253,9 @@ def check_choices(config) -> None:
             continue
         if type(None) in options:
             choices.append(None)
-        check_option(f.name, getattr(config, f.name), choices)
-
-
-def check_option(name: str, value, choices) -> None:
-    """A ValueError unless ``value`` is one of ``choices`` (an env argument's option set)."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        value = getattr(config, f.name)
+        if value not in choices:
+            raise ValueError(f"{f.name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 def check_positive_int(name: str, value) -> None:

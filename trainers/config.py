@@ -7,7 +7,7 @@ from typing import Literal
 
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
-from ragen_envs.base import check_choices, check_positive_int
+from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 from ragen_envs.registry import ENVIRONMENTS
 from trainers import filtering
 from trainers.filtering import METRICS, ORDERS, PROB_MODES, STRATEGIES
@@ -50,7 +50,7 @@ class TrainerConfig:
     # -- run: algorithm, length, folder ------------------------------------------------------
     algorithm: Literal[ALGORITHMS] = "grpo"  # ppo | grpo | dapo | drgrpo
     # rollout -> filter -> update cycles in all, resumed ones included (TRL's max_steps)
-    num_iterations: int = field(default=10, metadata={"flag": "iterations"})
+    num_iterations: int = bounded(10, min=1, flag="iterations")
     # the run folder (metrics, resolved config, checkpoints, plot); None: a new runs/<date>-<time>-<algo>-<env>
     output_dir: str | None = None
     # replace a run already in output_dir (its metrics, config, checkpoints); without it such a folder is refused
@@ -60,29 +60,30 @@ class TrainerConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     # -- optimisation ------------------------------------------------------------------------
-    learning_rate: float = 1e-6  # policy learning rate (AdamW)
-    critic_learning_rate: float = 1e-5  # critic learning rate (value head, and its trunk when separate)
-    weight_decay: float = 0.0  # AdamW weight decay
-    max_grad_norm: float = 1.0  # gradient clipping
+    learning_rate: float = bounded(1e-6, above=0)  # policy learning rate (AdamW)
+    # critic learning rate (value head, and its trunk when separate)
+    critic_learning_rate: float = bounded(1e-5, above=0)
+    weight_decay: float = bounded(0.0, min=0)  # AdamW weight decay
+    max_grad_norm: float = bounded(1.0, above=0)  # gradient clipping
     # train only the top: the embeddings and this many bottom decoder layers stay frozen (0: train all).
     # A CPU option: backward and optimizer state shrink with the trained share (trainers/freeze.py)
-    freeze_layers: int = 0
-    ppo_epochs: int = 1  # passes over each batch (TRL's num_iterations, mu)
+    freeze_layers: int = bounded(0, min=0)
+    ppo_epochs: int = bounded(1, min=1)  # passes over each batch (TRL's num_iterations, mu)
     # sequences per optimizer step (RAGEN's ppo_mini_batch_size): the kept batch is padded to a multiple of
     # it and split, so keeping fewer groups means fewer steps, as in the reference; None: num_minibatches
     # steps per epoch whatever is kept
-    mini_batch_size: int | None = 32
+    mini_batch_size: int | None = bounded(32, min=1)
     # how a kept batch that is no multiple of mini_batch_size is fixed: copy random kept sequences (RAGEN's
     # default) or delete some
     batch_adjust: Literal["copy", "delete"] = "copy"
-    num_minibatches: int = 1  # optimizer steps per epoch when mini_batch_size is None
-    micro_batch_size: int = 2  # sequences per forward/backward (gradient accumulation)
+    num_minibatches: int = bounded(1, min=1)  # optimizer steps per epoch when mini_batch_size is None
+    micro_batch_size: int = bounded(2, min=1)  # sequences per forward/backward (gradient accumulation)
 
     # -- LoRA: train low-rank adapters instead of the weights (RAGEN's lora.*; rank 0: off) ------
     # the adapters' rank, 0: off (RAGEN's lora.rank); > 0 trains only them (peft, trainers/lora.py), the KL
     # reference is the model with them off, and a checkpoint keeps the adapter beside the merged model
-    lora_rank: int = 0
-    lora_alpha: int = 64  # the adapters' scale is alpha / rank (RAGEN's lora.alpha)
+    lora_rank: int = bounded(0, min=0)
+    lora_alpha: int = bounded(64, above=0)  # the adapters' scale is alpha / rank (RAGEN's lora.alpha)
     # comma-separated module names, or "all-linear": every linear layer but the LM head (peft's meaning;
     # RAGEN's lora.target_modules)
     lora_target_modules: str = "all-linear"
@@ -103,21 +104,23 @@ class TrainerConfig:
     # head on the policy's own trunk
     critic: Literal[CRITICS] = "separate"
     critic_backprop: bool = False  # shared critic only: let the value loss train the policy's trunk too
-    epsilon: float = 0.2  # lower clip of the ratio
-    epsilon_high: float | None = 0.28  # upper clip (RAGEN's clip_ratio_high); None: epsilon
-    dual_clip: float | None = 3.0  # cap of the loss at -c A where A < 0 (verl's clip_ratio_c); None: off
-    beta: float = 0.0  # KL(pi || ref) coefficient (RAGEN's kl_loss_coef with use_kl_loss; its runs: off)
+    epsilon: float = bounded(0.2, above=0)  # lower clip of the ratio
+    epsilon_high: float | None = bounded(0.28, above=0)  # upper clip (RAGEN's clip_ratio_high); None: epsilon
+    # cap of the loss at -c A where A < 0 (verl's clip_ratio_c); None: off
+    dual_clip: float | None = bounded(3.0, above=1)
+    # KL(pi || ref) coefficient (RAGEN's kl_loss_coef with use_kl_loss; its runs: off)
+    beta: float = bounded(0.0, min=0)
     # the per-token KL estimate: low_var_kl, k3 = exp(ref - logp) - (ref - logp) - 1 (RAGEN's main table and
     # gradient probe) | kl, k1 = logp - ref (verl's "kl", base.yaml's, which RAGEN's top-p and KL sweeps keep)
     kl_loss_type: Literal[KL_TYPES] = "low_var_kl"
-    entropy_coef: float = 0.001  # entropy bonus coefficient (RAGEN's entropy_coeff)
+    entropy_coef: float = bounded(0.001, min=0)  # entropy bonus coefficient (RAGEN's entropy_coeff)
     # grpo | dapo | bnpo | dr_grpo | seq_sum; None: the algorithm's (the table in trainers/config.py)
     loss_type: Literal[LOSS_TYPES] | None = None
     scale_rewards: Literal[SCALES] | None = None  # group | batch | none; None: the algorithm's
-    gamma: float = 1.0  # PPO discount (RAGEN uses 1)
-    lam: float = 1.0  # PPO GAE lambda (RAGEN uses 1)
-    vf_coef: float = 0.5  # value loss weight (gae)
-    cliprange_value: float = 0.5  # value clipping (verl's critic default)
+    gamma: float = bounded(1.0, min=0, max=1)  # PPO discount (RAGEN uses 1)
+    lam: float = bounded(1.0, min=0, max=1)  # PPO GAE lambda (RAGEN uses 1)
+    vf_coef: float = bounded(0.5, min=0)  # value loss weight (gae)
+    cliprange_value: float = bounded(0.5, min=0)  # value clipping (verl's critic default)
 
     # -- filter: SNR-aware filtering (trainers/filtering.py: RAGEN's released selection rules) --
     filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k | top_k_abs | min_p
@@ -130,7 +133,7 @@ class TrainerConfig:
     filter_order: Literal[ORDERS] = "largest"  # keep the highest scores, or the lowest (an ablation)
     include_zero: bool = True  # False: drop zero-score groups before ranking (RAGEN's rollout_filter_include_zero)
     # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
-    filter_empty_stop: int = 5
+    filter_empty_stop: int = bounded(5, min=0)
 
     # -- RAGEN's reward and advantage options (config/base.yaml; each off, as there) -----------------
     # rewards normalised before the filter and the advantages see them, within each prompt group
@@ -145,7 +148,7 @@ class TrainerConfig:
     # PPO: GAE at two levels, over turns (discount high_level_gamma) and within each turn (gamma), the
     # turn's last token taking the turn-level return (RAGEN's bi_level_gae, trainers/algorithms.py)
     bi_level_gae: bool = False
-    high_level_gamma: float = 0.95  # the turn-level discount of bi_level_gae
+    high_level_gamma: float = bounded(0.95, min=0, max=1)  # the turn-level discount of bi_level_gae
     # group advantages x the group's reward std / the largest kept group's: low-variance prompts
     # weigh less instead of being dropped (RAGEN's soft_advantage_reweight)
     soft_advantage_reweight: bool = False
@@ -163,39 +166,43 @@ class TrainerConfig:
     log_group_rv_table: bool = False
 
     # -- MI: the collapse diagnostics ---------------------------------------------------------
-    mi_every: int = 5  # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
-    mi_first_turn_pairs: int = 64  # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
-    mi_trajectory_pairs: int = 64  # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
+    # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
+    mi_every: int = bounded(5, min=0)
+    # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
+    mi_first_turn_pairs: int = bounded(64, min=0)
+    # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
+    mi_trajectory_pairs: int = bounded(64, min=0)
     # -- gradient probe: each loss term's gradient norm by reward-variance bucket (trainers/gradient_probe.py) --
     # probe the kept batch before the update at the first iteration and every this many after (1, 1 + N, ...;
     # RAGEN's gradient_analysis_every, on there every 50; 0: never); no step, no change to the run
-    gradient_analysis_every: int = 0
-    gradient_analysis_num_buckets: int = 6  # quantile buckets of kept groups by reward std
+    gradient_analysis_every: int = bounded(0, min=0)
+    gradient_analysis_num_buckets: int = bounded(6, min=1)  # quantile buckets of kept groups by reward std
     # quantile: equal numbers of groups sorted by reward std | fixed_rv: RAGEN's std intervals [0,1), ..., [5,inf)
     gradient_analysis_bucket_mode: Literal[BUCKET_MODES] = "quantile"
     # groups of a separate batch rolled out for the probe only, never trained on (None: the training batch)
-    gradient_analysis_env_groups: int | None = None
+    gradient_analysis_env_groups: int | None = bounded(None, min=1)
     # that batch's group size (None: the run's; with env_groups None too, the probe uses the training batch)
-    gradient_analysis_group_size: int | None = None
+    gradient_analysis_group_size: int | None = bounded(None, min=2, why="a reward std needs two samples")
     # probe this call's first iteration, write its metrics and stop: no update, no checkpoint (RAGEN's
     # exit_after_gradient_analysis; with --resume it probes a checkpoint)
     exit_after_gradient_analysis: bool = field(default=False, metadata={"flag": "gradient_analysis_only"})
     # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
-    eval_steps: int = 0  # play them before the first iteration, every this many and at the last (0: never)
-    eval_episodes: int = 512  # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
+    # play them before the first iteration, every this many and at the last (0: never)
+    eval_steps: int = bounded(0, min=0)
+    eval_episodes: int = bounded(512, min=1)  # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
     eval_seed: int = 123  # their env seeds start here (RAGEN's seed.val)
-    eval_temperature: float = 0.5  # their sampling temperature (RAGEN's rollout.val_kwargs)
+    eval_temperature: float = bounded(0.5, min=0)  # their sampling temperature (RAGEN's rollout.val_kwargs)
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
-    logging_steps: int = 1  # print the metrics table every this many iterations
+    logging_steps: int = bounded(1, min=0)  # print the metrics table every this many iterations
     plot: bool = True  # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
     # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
     save_strategy: Literal["steps", "no"] = "steps"
-    save_steps: int = 0  # checkpoint every this many iterations (0: only at the end)
+    save_steps: int = bounded(0, min=0)  # checkpoint every this many iterations (0: only at the end)
     # keep only the newest N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB
-    save_total_limit: int | None = None
+    save_total_limit: int | None = bounded(None, min=1)
     # write the iteration's trajectories to rollouts/iteration-<n>.jsonl every this many iterations and
     # at the last (0: never); `ragen view RUN_DIR` shows them
-    save_rollouts_steps: int = 5
+    save_rollouts_steps: int = bounded(5, min=0)
     # a checkpoint folder (its parent becomes output_dir when that is None), or "latest" in output_dir
     resume_from_checkpoint: str | None = field(default=None, metadata={"flag": "resume"})
     # on resume, run with settings that differ from the run's config.json (kept there in its "history",
@@ -203,45 +210,18 @@ class TrainerConfig:
     allow_config_changes: bool = field(default=False, metadata={"flag": "allow_changes"})
 
     def __post_init__(self):
-        def check(name, ok, what):
-            if not ok:
-                raise ValueError(f"{name} must be {what}, got {getattr(self, name)!r}")
-
         check_choices(self)  # every Literal-typed field against its choices
+        check_bounds(self)  # every numeric field against the bounds declared with it
         filtering.check(self.filter, self.filter_value, self.filter_prob_mode, self.filter_order)
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")
-        for name in ("num_iterations", "ppo_epochs", "num_minibatches", "micro_batch_size", "eval_episodes"):
-            check(name, getattr(self, name) >= 1, ">= 1")
-        for name in ("mi_every", "mi_first_turn_pairs", "mi_trajectory_pairs", "logging_steps", "save_steps",
-                     "save_rollouts_steps", "filter_empty_stop", "eval_steps", "eval_temperature"):
-            check(name, getattr(self, name) >= 0, ">= 0")
-        check("gradient_analysis_every", self.gradient_analysis_every >= 0, ">= 0")
-        check("gradient_analysis_num_buckets", self.gradient_analysis_num_buckets >= 1, ">= 1")
-        check("gradient_analysis_env_groups", self.gradient_analysis_env_groups is None
-              or self.gradient_analysis_env_groups >= 1, ">= 1 or None")
-        check("gradient_analysis_group_size", self.gradient_analysis_group_size is None
-              or self.gradient_analysis_group_size >= 2, ">= 2 (a reward std needs two samples) or None")
-        check("save_total_limit", self.save_total_limit is None or self.save_total_limit >= 1, ">= 1 or None")
-        for name in ("critic_learning_rate", "max_grad_norm", "epsilon"):
-            check(name, getattr(self, name) > 0, "> 0")
-        for name in ("weight_decay", "entropy_coef", "vf_coef", "cliprange_value", "freeze_layers"):
-            check(name, getattr(self, name) >= 0, ">= 0")
-        check("epsilon_high", self.epsilon_high is None or self.epsilon_high > 0, "> 0 or None")
-        check("dual_clip", self.dual_clip is None or self.dual_clip > 1, "> 1 or None")
-        check("beta", self.beta >= 0, ">= 0")
-        check("lora_rank", self.lora_rank >= 0, ">= 0 (0: off)")
-        check("lora_alpha", self.lora_alpha > 0, "> 0")
-        check("lora_target_modules", bool(self.lora_target_modules.strip(" ,")), "module names or 'all-linear'")
-        check("gamma", 0 <= self.gamma <= 1, "in [0, 1]")
-        check("lam", 0 <= self.lam <= 1, "in [0, 1]")
-        check("high_level_gamma", 0 <= self.high_level_gamma <= 1, "in [0, 1]")
+        if not self.lora_target_modules.strip(" ,"):
+            raise ValueError(f"lora_target_modules must be module names or 'all-linear', "
+                             f"got {self.lora_target_modules!r}")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
-        check("mini_batch_size", self.mini_batch_size is None or self.mini_batch_size >= 1, ">= 1 or None")
-        check("learning_rate", self.learning_rate > 0, "> 0")
         defaults = ALGORITHM_DEFAULTS[self.algorithm]
         for name in ("advantage", "loss_type", "scale_rewards"):
             if getattr(self, name) is None:
@@ -305,15 +285,17 @@ CPU_QUICK_TOKENS = 64
 
 @dataclass
 class SFTConfig:
-    episodes: int = 60  # oracle episodes per env
-    imperfect: float = 0.3  # share of turns that play a random valid action instead of the oracle's
-    epochs: int = 1  # passes over the demonstrations
-    batch_size: int = 2  # episodes per optimizer step (each episode is one sequence of all its turns)
-    learning_rate: float = 2e-4  # AdamW learning rate
+    episodes: int = bounded(60, min=1)  # oracle episodes per env
+    # share of turns that play a random valid action instead of the oracle's
+    imperfect: float = bounded(0.3, min=0, max=1)
+    epochs: int = bounded(1, min=1)  # passes over the demonstrations
+    batch_size: int = bounded(2, min=1)  # episodes per optimizer step (each episode is one sequence of all its turns)
+    learning_rate: float = bounded(2e-4, above=0)  # AdamW learning rate
     # "cosine": a linear warmup over the first 5% of steps, then a cosine decay to 0 (training from scratch
     # needs it); "constant": the rate throughout
     lr_schedule: Literal["constant", "cosine"] = "constant"
-    freeze_layers: int = 20  # bottom decoder layers kept frozen, with the embeddings (0: train them all)
+    # bottom decoder layers kept frozen, with the embeddings (0: train them all)
+    freeze_layers: int = bounded(20, min=0)
     seed: int = 0  # env seeds start here; shuffling and the imperfect turns derive from it
     output_dir: str = "runs/warm-start"  # the warm-started model (and tokenizer) is saved here
     # replace a warm start made with other settings in output_dir (the same settings are reused as they are)
@@ -324,12 +306,7 @@ class SFTConfig:
     chat: ChatEnvConfig = field(default_factory=lambda: ChatEnvConfig(**CPU_QUICK_CHAT))
 
     def __post_init__(self):
-        for name in ("episodes", "epochs", "batch_size"):
-            check_positive_int(name, getattr(self, name))
-        if not 0 <= self.imperfect <= 1:
-            raise ValueError(f"imperfect must be in [0, 1], got {self.imperfect}")
-        if self.learning_rate <= 0 or self.freeze_layers < 0:
-            raise ValueError("learning_rate must be > 0 and freeze_layers >= 0")
+        check_bounds(self)
 
 
 # The model organism's sizes (`ragen sft --from-scratch`, trainers/organism.py): about 0.6M parameters, so
