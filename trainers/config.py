@@ -309,10 +309,11 @@ class SFTConfig:
         check_bounds(self)
 
 
-# The model organism's sizes (`ragen sft --from-scratch`, trainers/organism.py): about 0.6M parameters, so
-# an iteration at RAGEN's scale (8 x 16, 5 turns, MI scored) takes about 10 s on 2 CPU cores
+# The model organism's architecture (`ragen sft --from-scratch`, trainers/organism.py): its tokenizer's
+# vocabulary and corpus, its decoder's sizes. About 0.6M parameters, so an iteration at RAGEN's scale
+# (8 x 16, 5 turns, MI scored) takes about 10 s on 2 CPU cores
 @dataclass
-class OrganismConfig:
+class OrganismArchitecture:
     layers: int = 2  # decoder layers
     width: int = 128  # hidden size (the MLP is 3x wider)
     heads: int = 2  # attention heads (half as many key/value heads)
@@ -357,10 +358,11 @@ def organism_sft(env_ids=(), **fields) -> SFTConfig:
 # the groups' reward std, mini-batches of 32, 400 iterations; training seeds from 10000 (RAGEN's
 # seed.train); validation before the first iteration and every 10 (base.yaml's test_freq). "cpu-quick"
 # is a few minutes on 2 CPU cores for the warm-started default model.
-# "organism" is ragen2-main for the model organism (trainers/organism.py, `make demo`): every layer
-# trained, at a rate for its size, MI scored every iteration; about 10 s an iteration on 2 CPU cores.
+# "organism" is ragen2-main with ORGANISM_RL over it, for the model organism (trainers/organism.py,
+# `make demo`): every layer trained, at a rate for its size, MI scored every iteration; about 10 s an
+# iteration on 2 CPU cores.
 PRESETS = ("ragen2-main", "cpu-quick", "organism")
-ORGANISM = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
+ORGANISM_RL = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
 # RAGEN's validation (TrainerConfig's eval_* defaults) as rollout settings, for `ragen eval --preset`
 VALIDATION = {"ragen2-main": {"n_groups": TrainerConfig.eval_episodes, "group_size": 1, "seed": TrainerConfig.eval_seed,
                               "sampling": {"temperature": TrainerConfig.eval_temperature}}}
@@ -382,7 +384,7 @@ def preset(name: str, env: str | None = None) -> dict:
                             "chat": {"max_turns": 5, "max_actions_per_turn": 2},
                             "sampling": {"max_new_tokens": 400, "temperature": 1.0}}}
     elif name == "organism":
-        return _merged(preset("ragen2-main", env), ORGANISM)
+        return _merged(preset("ragen2-main", env), ORGANISM_RL)
     else:
         raise ValueError(f"preset must be one of {PRESETS}, got {name!r}")
     entry = ENVIRONMENTS.get(env)

@@ -1,8 +1,8 @@
 """A model organism: a small decoder built from scratch for the envs, to study training dynamics on a CPU.
 
-    from trainers.config import OrganismConfig, organism_sft
+    from trainers.config import OrganismArchitecture, organism_sft
     from trainers.organism import from_scratch
-    from_scratch(["Ragen/FrozenLakeCoord-v0"], organism_sft(output_dir="runs/organism"), OrganismConfig())
+    from_scratch(["Ragen/FrozenLakeCoord-v0"], organism_sft(output_dir="runs/organism"), OrganismArchitecture())
 
 Its tokenizer is a byte-level BPE learnt from the envs' own text (the prompts, observations and oracle
 replies of ``corpus_episodes`` oracle episodes per env). Merges may cross spaces, so the env's fixed
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from ragen_envs.agent import ChatEnv
-from trainers.config import OrganismConfig, SFTConfig, organism_sft
+from trainers.config import OrganismArchitecture, SFTConfig, organism_sft
 from trainers.sft import oracle_turn, reused, warm_start
 
 SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>"]
@@ -91,7 +91,7 @@ def build_tokenizer(texts, vocab_size: int, words: list[str] = ()):
     return tokenizer
 
 
-def build_model(tokenizer, config: OrganismConfig, seed: int):
+def build_model(tokenizer, config: OrganismArchitecture, seed: int):
     """A randomly initialised Llama-style decoder for ``tokenizer`` (fp32, tied embeddings)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -106,20 +106,20 @@ def build_model(tokenizer, config: OrganismConfig, seed: int):
     return model
 
 
-def organism_name(config: OrganismConfig) -> str:
+def organism_name(config: OrganismArchitecture) -> str:
     """What the warm start records as the organism's model, so a cached organism is reused only for the
     same sizes."""
     return "organism:" + json.dumps(asdict(config), sort_keys=True)
 
 
-def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: OrganismConfig | None = None,
+def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: OrganismArchitecture | None = None,
                  device: str = "cpu") -> dict:
     """Build the organism's tokenizer and model for ``env_ids`` and train it on their demonstrations
     (``warm_start`` with every layer trained), saved to ``sft.output_dir``; by default with
     ``organism_sft(env_ids)`` into ``organism_dir``. Deterministic for ``sft.seed``; a folder holding the same
     build is reused."""
     sft = replace(sft or organism_sft(env_ids, output_dir=str(organism_dir(env_ids))), freeze_layers=0)
-    organism = organism or OrganismConfig()
+    organism = organism or OrganismArchitecture()
     cached = reused(organism_name(organism), env_ids, sft)  # before learning a tokenizer it would not need
     if cached is not None:
         return cached

@@ -149,12 +149,12 @@ def cmd_sft(args) -> int:
     policy = cli_args.build(PolicyConfig, args, include=TRAIN_POLICY_FIELDS)
     device = str(policy.device or "cpu")
     if args.from_scratch:
-        from trainers.config import OrganismConfig
+        from trainers.config import OrganismArchitecture
         from trainers.organism import from_scratch
 
         if policy.model is not None:
             raise ValueError("--from-scratch builds its own model: leave out --model")
-        record = from_scratch(envs, config, cli_args.build(OrganismConfig, args), device=device)
+        record = from_scratch(envs, config, cli_args.build(OrganismArchitecture, args), device=device)
     else:
         record = warm_start(policy.model, envs, config, device=device)
     made = "the model organism (a small decoder built from scratch)" if args.from_scratch else "the warm-started model"
@@ -222,7 +222,7 @@ def _add_env(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    from trainers.config import PRESETS, OrganismConfig, SFTConfig, TrainerConfig
+    from trainers.config import PRESETS, OrganismArchitecture, SFTConfig, TrainerConfig
 
     # --debug is taken before or after the command; SUPPRESS keeps a subcommand from resetting it.
     common = argparse.ArgumentParser(add_help=False)
@@ -271,7 +271,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                     help="build a model organism (a small decoder and a tokenizer learnt on the envs' text, "
                          "sized by the flags below) and train it on the demonstrations, every layer; the "
                          "defaults above become the organism's (trainers.config.ORGANISM_SFT, with the env's own)")
-    cli_args.add_config(sf, OrganismConfig, "the organism (--from-scratch)")
+    cli_args.add_config(sf, OrganismArchitecture, "the organism (--from-scratch)")
     sf.set_defaults(func=cmd_sft)
 
     sv = commands["serve"] = sub("serve", help="serve envs over HTTP to many clients (RemoteEnv, OpenEnv)")

@@ -399,10 +399,13 @@ def test_the_learning_summary_pools_seeds_and_the_plot_is_written(tmp_path):
 def test_without_a_model_the_findings_train_the_organism_at_ragens_scale():
     args = findings.parser("").parse_args([])
     s = findings.scale(args)
-    assert s == findings.ORGANISM and (s.groups, s.group_size, s.max_turns) == (8, 16, 5)
-    from trainers.config import ORGANISM
+    assert (s.iterations, s.groups, s.group_size, s.max_turns, s.max_new_tokens) == (40, 8, 16, 5, 400)
+    assert (s.val_episodes, s.seeds) == (findings.ORGANISM_EPISODES, findings.ORGANISM_SEEDS)
+    quick = findings.scale(findings.parser("").parse_args(["--quick"]))
+    assert (quick.iterations, quick.groups, quick.group_size, quick.val_episodes, quick.seeds) == (2, 2, 4, 8, 1)
+    from trainers.config import ORGANISM_RL
 
-    assert findings.training(args) == {"learning_rate": ORGANISM["learning_rate"], "freeze_layers": 0}
+    assert findings.training(args) == {"learning_rate": ORGANISM_RL["learning_rate"], "freeze_layers": 0}
     given = findings.parser("").parse_args(["--model", "m", "--learning-rate", "1e-4"])
     assert findings.scale(given) == findings.FULL
     assert findings.training(given) == {"learning_rate": 1e-4, "freeze_layers": 20}

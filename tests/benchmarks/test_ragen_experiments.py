@@ -106,7 +106,7 @@ def test_ragens_scale_with_a_model_and_the_organisms_without():
     args = rx.parse_args(["kl-sweep", "--values", "0"])
     s = findings.preset_scale(args, env_for_task("sokoban"))
     assert (s.iterations, s.groups, s.group_size, s.seeds) == (40, 8, 16, 3)
-    assert s.val_episodes == findings.ORGANISM.val_episodes
+    assert s.val_episodes == findings.ORGANISM_EPISODES
     organism = configs(["kl-sweep", "--values", "0"])
     assert len(organism) == 3 and organism["sokoban/kl0-seed2"].rollout.seed == 10002
     assert (organism["sokoban/kl0-seed0"].learning_rate, organism["sokoban/kl0-seed0"].eval_steps) == (1e-3, 0)

@@ -403,13 +403,13 @@ def test_the_organism_learns_the_prompts_its_preset_plays():
     """`make demo` builds the organism with ORGANISM_SFT, then trains it with the organism preset (RAGEN's
     main-table run with the organism's rate): the prompts must be the very same."""
     from ragen_envs.agent import ChatEnv
-    from trainers.config import ORGANISM, TrainerConfig, organism_sft, preset
+    from trainers.config import ORGANISM_RL, TrainerConfig, organism_sft, preset
 
     demo = env_for("demo")
     sft, run = organism_sft(), TrainerConfig.from_preset("organism", demo)
     played = ChatEnv(demo, run.rollout.chat, run.rollout.sampling.max_new_tokens, **run.rollout.env_kwargs[demo])
     assert ChatEnv(demo, sft.chat, sft.max_new_tokens).reset(seed=5) == played.reset(seed=5)
-    assert preset("organism", demo) == {**preset("ragen2-main", demo), **ORGANISM}
+    assert preset("organism", demo) == {**preset("ragen2-main", demo), **ORGANISM_RL}
 
 
 def test_list_says_which_envs_lack_their_system_program(capsys, monkeypatch):

@@ -10,12 +10,12 @@ from ragen_envs.agent import ChatEnv
 from ragen_envs.cli import main
 from ragen_envs.cli.commands import parse
 from ragen_envs.registry import env_for
-from trainers.config import ORGANISM_SFT, OrganismConfig, SFTConfig
+from trainers.config import ORGANISM_SFT, OrganismArchitecture, SFTConfig
 from trainers.sft import _lr_factor
 from trainers.organism import build_model, build_tokenizer, corpus, from_scratch
 from conftest import SMOKE
 
-SMALL = OrganismConfig(layers=2, width=64, heads=2, corpus_episodes=10)
+SMALL = OrganismArchitecture(layers=2, width=64, heads=2, corpus_episodes=10)
 
 
 def test_the_tokenizer_learns_the_envs_text_round_trips_and_keeps_the_tags_whole():
@@ -36,7 +36,7 @@ def test_the_tokenizer_learns_the_envs_text_round_trips_and_keeps_the_tags_whole
     assert tokenizer.decode(ids + [tokenizer.eos_token_id], skip_special_tokens=True) == reply
     unseen = "Zebra ünïcode 🙂"
     assert tokenizer.decode(tokenizer(unseen, add_special_tokens=False)["input_ids"]) == unseen
-    model = build_model(tokenizer, OrganismConfig(), seed=0)
+    model = build_model(tokenizer, OrganismArchitecture(), seed=0)
     assert 2e5 < sum(p.numel() for p in model.parameters()) < 2e6  # about half a million parameters
 
 
