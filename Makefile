@@ -13,7 +13,7 @@ VLLM := $(VLLM_VENV)/.vllm-installed
 export SDL_VIDEODRIVER ?= dummy
 export SDL_AUDIODRIVER ?= dummy
 
-.PHONY: demo demo-smollm2 oracle-demo test system-packages test-vllm lint bench fuzz audit clean
+.PHONY: demo demo-smollm2 oracle-demo test system-packages test-vllm lint docs bench fuzz audit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,11 @@ oracle-demo: $(DEV)
 lint: $(DEV)
 	$(PY) -m flake8 ragen_envs trainers benchmarks tests
 
+# The docs site: docs/ rendered by MkDocs (Material theme, offline) into site/, warnings as errors
+# (tests/test_docs.py builds it too). NO_MKDOCS_2_WARNING silences Material's banner about MkDocs 2.
+docs: $(DEV)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: $(DEV)
 	$(PY) benchmarks/env_throughput.py
 	$(PY) benchmarks/rollout_throughput.py
@@ -108,4 +113,4 @@ audit: $(DEV) system-packages
 	$(PY) benchmarks/reward_audit.py --markdown
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) demo_out build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) demo_out build site *.egg-info

@@ -1,5 +1,5 @@
 """The environment catalogue: the one list of environments that registration, tests, the CLI
-(``ragen list``), the README's table, the presets, the demos and the benchmarks read.
+(``ragen list``), docs/envs.md's table, the presets, the demos and the benchmarks read.
 
 Adding an environment is its package (``ragen_envs/<name>/``), one ``EnvEntry`` below and its own
 test file (``tests/envs/test_<name>.py``); the shared suites (the env contract, the agent's full rollout,
@@ -36,7 +36,7 @@ ROLES = ("default", "demo", "smoke")
 class EnvEntry:
     id: str  # Gymnasium id, "Ragen/Name-vN"
     entry_point: str  # "module:Class"
-    description: str  # one line, shown by `ragen list` and the README table
+    description: str  # one line, shown by `ragen list` and docs/envs.md's table
     kwargs: dict[str, Any] = field(default_factory=dict)  # preset arguments (callers may override them)
     extra: str | None = None  # optional extra the env needs: pip install "ragen-envs[extra]"
     requires: tuple[str, ...] = ()  # modules of that extra, checked at gym.make
@@ -345,7 +345,7 @@ def register_clients() -> None:
 
 
 def markdown_table() -> str:
-    """The README's environment table."""
+    """The environment table of docs/envs.md (`ragen list --markdown`)."""
     rows = ["| id | what | extra | offline data |", "|---|---|---|---|"]
     for e in ENVIRONMENTS.values():
         rows.append(f"| `{e.id}` | {e.description} | {e.extra or '-'} | {e.offline_data or 'no (network)'} |")

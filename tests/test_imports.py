@@ -97,10 +97,11 @@ PATH = re.compile(r"(?<![\w/.-])((?:%s)/[\w./-]*\w)(?![\w/<*{-]|\.[\w/<*{-])" % 
 
 def test_every_path_the_code_and_readmes_name_exists():
     """Stale paths mislead a newcomer: every project path written in the code, pyproject, Makefile and the
-    READMEs exists (a pattern with <name> or * and generated results are left out)."""
+    READMEs and docs/ exists (a pattern with <name> or * and generated results are left out)."""
     root = Path(__file__).resolve().parents[1]
     files = [p for d in OWN_ROOTS[:4] for p in (root / d).rglob("*.py")]
     files += [root / n for n in ("pyproject.toml", "Makefile", "README.md", "benchmarks/README.md")]
+    files += sorted((root / "docs").rglob("*.md"))
     missing = sorted({(str(f.relative_to(root)), m.group(1)) for f in files for m in PATH.finditer(f.read_text())
                       if "results/" not in m.group(1) and not (root / m.group(1)).exists()})
     assert missing == []

@@ -1,6 +1,7 @@
-"""Every Python block of the READMEs runs as written, in a fresh process and a scratch folder, or starts
-with a visible ``# not run here: WHY`` line; such a block must still compile, and every ragen-envs
-module and name it uses must exist."""
+"""Every Python block of the READMEs and the docs pages (README.md, docs/**/*.md, benchmarks/README.md,
+benchmarks/results/**/README.md) runs as written, in a fresh process and a scratch folder, or starts with a
+visible ``# not run here: WHY`` line; such a block must still compile, and every ragen-envs module and name
+it uses must exist. A block written twice (README.md's tour repeats blocks of its docs pages) runs once."""
 
 import ast
 import importlib
@@ -14,18 +15,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READMES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
+# globs, so a page added later is covered without touching this file
+READMES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "benchmarks" / "README.md",
+           *sorted((ROOT / "benchmarks" / "results").rglob("README.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 MARK = "# not run here:"
 OURS = ("ragen_envs", "trainers")
 
 
-def blocks():
+def found():
+    """(where, code) of every Python block, where as PAGE:LINE (the block's first line of code)."""
     for readme in READMES:
         text = readme.read_text()
         for match in BLOCK.finditer(text):
             line = text[:match.start()].count("\n") + 2
-            yield pytest.param(match.group(1), id=f"{readme.relative_to(ROOT)}:{line}")
+            yield f"{readme.relative_to(ROOT)}:{line}", match.group(1)
+
+
+def blocks():
+    seen = set()
+    for where, code in found():
+        if code not in seen:  # the same block on two pages runs once, under its first page's name
+            seen.add(code)
+            yield pytest.param(code, id=where)
 
 
 BLOCKS = list(blocks())
@@ -33,6 +45,9 @@ BLOCKS = list(blocks())
 
 def test_the_readmes_have_python_blocks():
     assert len(BLOCKS) >= 5  # the pattern finds them (a block never seen is never tested)
+    pages = {where.rsplit(":", 1)[0] for where, _ in found()}
+    # the pages with Python blocks are read: the docs pages' blocks are found, not only README.md's
+    assert {"README.md", "docs/envs.md", "docs/agent.md", "docs/training.md", "docs/integrations.md"} <= pages
 
 
 @pytest.mark.parametrize("code", BLOCKS)

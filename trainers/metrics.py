@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ class Metric:
     table: bool = False  # a column of the printed table
 
 
-# The metrics a user reads, explained once: the README's table, the printed table and the plot all
+# The metrics a user reads, explained once: docs/training.md's table, the printed table and the plot all
 # come from this list. The rest (loss/*, time/*, recall_at_k, ...) are in metrics.jsonl as well.
 METRICS = [
     Metric("iteration", "it", "rollout -> filter -> update cycles done, resumed ones included", "", table=True),
@@ -89,9 +90,12 @@ PANELS = [("Held-out", "share of episodes", True), ("Task", "share of episodes",
 
 
 def markdown_table() -> str:
-    """The README's metric table."""
+    """The metric table of docs/training.md."""
+    def cell(text: str) -> str:  # a bare <think> would render as an HTML tag, a bare | would split the cell
+        return re.sub(r"(</?\w+>)", r"`\1`", text).replace("|", "\\|")
+
     rows = ["| metric | column | what it measures | under collapse |", "|---|---|---|---|"]
-    rows += [f"| `{m.key}` | {m.label} | {m.meaning} | {m.collapse or '-'} |" for m in METRICS]
+    rows += [f"| `{m.key}` | {cell(m.label)} | {cell(m.meaning)} | {cell(m.collapse or '-')} |" for m in METRICS]
     return "\n".join(rows)
 
 

@@ -238,7 +238,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         return subparsers.add_parser(name, parents=[common], short_help=True, **kwargs)
 
     ls = commands["list"] = sub("list", help="the environment catalogue")
-    ls.add_argument("--markdown", action="store_true", help="print the README's table")
+    ls.add_argument("--markdown", action="store_true", help="print the env table of docs/envs.md, in Markdown")
     ls.set_defaults(func=cmd_list)
 
     ev = commands["eval"] = sub("eval", help="run grouped rollouts and print per-env metrics")

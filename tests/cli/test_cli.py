@@ -464,12 +464,12 @@ def test_trajectories_are_kept_when_saving_fails_at_the_end(model_dir, tmp_path,
     kept.unlink()
 
 
-def test_the_readmes_ragen_options_table_names_real_flags(capsys):
-    """Every flag in the README's table of RAGEN's other training options is one `ragen train` has."""
+def test_the_docs_ragen_options_table_names_real_flags(capsys):
+    """Every flag in docs/training.md's table of RAGEN's other training options is one `ragen train` has."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme.split("RAGEN's other training options", 1)[1].split("\n\n", 2)[1]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    table = page.split("RAGEN's other training options", 1)[1].split("\n\n", 2)[1]
     named = {re.sub(r"\s.*", "", cell).replace("\\", "") for cell in re.findall(r"`(--[^`]+)`", table)}
     assert len(named) >= 12
     main(["train", "--help"])

@@ -1,4 +1,4 @@
-"""Metric names explained once (the README table), and a plot a user can read."""
+"""Metric names explained once (docs/training.md's table), and a plot a user can read."""
 
 import math
 from pathlib import Path
@@ -8,12 +8,12 @@ import pytest
 from trainers.metrics import METRICS, PANELS, TABLE, MetricsLogger, draw, markdown_table, plot_run
 from conftest import SMOKE
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
 
-def test_the_readme_explains_every_metric_of_the_table_and_plot():
+def test_the_docs_explain_every_metric_of_the_table_and_plot():
     # Regenerate with: python -c "from trainers.metrics import markdown_table; print(markdown_table())"
-    assert markdown_table() in README.read_text()
+    assert markdown_table() in PAGE.read_text()
     assert all(len(m.label) <= 8 and m.meaning for m in METRICS)
     panels = {title for title, _, _ in PANELS}
     assert all(m.panel in panels for m in METRICS if m.panel)

@@ -86,7 +86,7 @@ def test_one_iteration_changes_the_weights_and_logs_every_metric(algorithm, toke
     assert EXPECTED_KEYS <= metrics.keys(), EXPECTED_KEYS - metrics.keys()
     # KL is off by default, as in RAGEN's runs; validation too (its own test below)
     documented = {m.key for m in METRICS if m.key != "loss/kl" and not m.key.startswith("val/")}
-    assert documented <= metrics.keys(), documented - metrics.keys()  # the README explains real names
+    assert documented <= metrics.keys(), documented - metrics.keys()  # docs/training.md explains real names
     assert metrics["filter/kept_groups"] >= 1 and metrics["filter/skipped"] == 0
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
     assert changed
