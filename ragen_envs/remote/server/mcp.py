@@ -10,11 +10,14 @@ a malformed request gets a JSON-RPC error.
 from __future__ import annotations
 
 import json
-import secrets
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
 
 from ragen_envs import __version__
 from ragen_envs.base import observation_text
 from ragen_envs.remote import wire
+from ragen_envs.remote.server.sessions import ServeError, Sessions
 
 PROTOCOL = "2025-06-18"
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
@@ -39,6 +42,17 @@ TOOLS = [
 ]
 
 
+def routes(sessions: Sessions) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/mcp")
+    async def mcp_endpoint(request: Request):
+        reply = await handle(await request.body(), sessions)
+        return Response(status_code=202) if reply is None else JSONResponse(reply)
+
+    return router
+
+
 class ToolError(Exception):
     """A tool call that failed: its result says why (``isError``)."""
 
@@ -47,9 +61,8 @@ def error(code: int, message: str, request_id=None) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-async def handle(raw: bytes, app) -> dict | None:
-    """The JSON-RPC reply to one request body (None for a notification). ``app`` gives ``sessions``,
-    ``metadata`` (env id -> its description) and ``ServeError``."""
+async def handle(raw: bytes, sessions: Sessions) -> dict | None:
+    """The JSON-RPC reply to one request body (None for a notification)."""
     try:
         message = json.loads(raw)
     except (ValueError, RecursionError):
@@ -81,7 +94,7 @@ async def handle(raw: bytes, app) -> dict | None:
         if not isinstance(arguments, dict):
             return error(INVALID_PARAMS, "arguments must be an object", request_id)
         try:
-            data = await call(name, arguments, app)
+            data = await call(name, arguments, sessions)
             text = data.pop("text", None)
             result = {"content": [{"type": "text", "text": text if text is not None else json.dumps(data)}],
                       "structuredContent": data, "isError": False}
@@ -101,13 +114,12 @@ def _string(arguments: dict, key: str, required: bool = True) -> str | None:
     return value
 
 
-async def call(name: str, arguments: dict, app) -> dict:
+async def call(name: str, arguments: dict, sessions: Sessions) -> dict:
     """Run tool ``name``; its structured result ("text": what the model reads, when not the JSON)."""
-    sessions, metadata, serve_error = app.sessions, app.metadata, app.ServeError
     try:
         if name == "list_envs":
             envs = {env_id: {k: meta[k] for k in ("description", "instructions", "action_grammar", "max_steps")}
-                    for env_id, meta in metadata().items()}
+                    for env_id, meta in (await sessions.run(sessions.metadata)).items()}
             return {"envs": envs}
         sid = _string(arguments, "session_id", required=name != "reset")
         if name == "reset":
@@ -118,8 +130,7 @@ async def call(name: str, arguments: dict, app) -> dict:
                 sid, session = await sessions.create(_string(arguments, "env_id", required=False))
             else:
                 session = sessions.get(sid)
-            obs, info = await sessions.call(session, session.env.reset, seed=seed)
-            session.steps, session.episode_id = 0, secrets.token_hex(8)
+            obs, info = await sessions.reset(session, seed)
             instructions = session.env.get_wrapper_attr("instructions")
             return {"session_id": sid, "env_id": session.env_id, "observation": wire.encode(obs),
                     "info": wire.encode(info), "instructions": instructions,
@@ -127,15 +138,14 @@ async def call(name: str, arguments: dict, app) -> dict:
         session = sessions.get(sid)
         if name == "step":
             action = _string(arguments, "action")
-            obs, reward, terminated, truncated, info = await sessions.call(session, session.env.step, action)
-            session.stepped(info)
+            obs, reward, terminated, truncated, info = await sessions.step(session, action)
             ended = " (the episode is over)" if terminated or truncated else ""
-            return {"observation": wire.encode(obs), "reward": float(reward), "terminated": bool(terminated),
-                    "truncated": bool(truncated), "info": wire.encode(info),
-                    "text": f"reward {float(reward):g}{ended}\n\n{observation_text(obs)}"}
+            return {"observation": wire.encode(obs), "reward": reward, "terminated": terminated,
+                    "truncated": truncated, "info": wire.encode(info),
+                    "text": f"reward {reward:g}{ended}\n\n{observation_text(obs)}"}
         if name == "state":
             return {"episode_id": session.episode_id, "step_count": session.steps, "env_id": session.env_id}
         await sessions.close(sid)
         return {"closed": sid}
-    except serve_error as failure:
+    except ServeError as failure:
         raise ToolError(failure.message) from None
