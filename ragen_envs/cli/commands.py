@@ -27,12 +27,13 @@ from ragen_envs.agent import vision
 from ragen_envs.cli import args as cli_args
 from ragen_envs.agent.backends import PolicyConfig, make_policy
 from ragen_envs.agent.rollout import RolloutConfig
+from ragen_envs.agent.threads import set_threads
 from ragen_envs.registry import (CLIENTS, ENVIRONMENTS, NOT_IN_CATALOGUE, markdown_table, missing_modules,
                                  system_problem)
 
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
 # out with vLLM, loading the new weights into it after each update).
-TRAIN_POLICY_FIELDS = {"model", "device"}
+TRAIN_POLICY_FIELDS = {"model", "device", "threads"}
 ROLLOUT_POLICY_FIELDS = TRAIN_POLICY_FIELDS | {"backend"}
 
 
@@ -107,7 +108,9 @@ def cmd_eval(args) -> int:
     mix = check_envs(parse_env_flags(args.env, config.n_groups), config)
     if args.save:
         check_writable(Path(args.save).parent, "trajectories")
-    runner = make_runner(mix, cli_args.build(PolicyConfig, args).make(), config)
+    policy = cli_args.build(PolicyConfig, args)
+    set_threads(policy.threads)
+    runner = make_runner(mix, policy.make(), config)
     bar = progress.bar(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
     bar(config.chat.max_turns, active=0)
@@ -130,6 +133,7 @@ def cmd_train(args) -> int:
         raise ValueError("ragen train rolls out in process: --backend transformers (default) or vllm; an "
                          "OpenAI server cannot load the trained weights")
     policy = cli_args.build(PolicyConfig, args, include=ROLLOUT_POLICY_FIELDS)
+    set_threads(policy.threads)
     # A factory: the Trainer builds the vLLM engine only after its own checks have passed.
     rollout_policy = (lambda: make_policy("vllm", policy.model)) if policy.backend == "vllm" else None
     trainer = Trainer(policy.model, mix, config, device=policy.device, rollout_policy=rollout_policy)
@@ -147,6 +151,7 @@ def cmd_sft(args) -> int:
     config = cli_args.build(SFTConfig, args)
     envs = list(parse_env_flags(args.env, 1))
     policy = cli_args.build(PolicyConfig, args, include=TRAIN_POLICY_FIELDS)
+    set_threads(policy.threads)
     device = str(policy.device or "cpu")
     if args.from_scratch:
         from trainers.config import OrganismArchitecture

@@ -19,9 +19,15 @@ class PolicyConfig:
     base_url: str = "http://127.0.0.1:8000/v1"  # openai backend: the server's URL
     tokenizer: str | None = None  # openai backend: tokenizer path or id (chat template and token ids)
     device: str | None = None  # transformers backend: cpu, cuda, ... (default: cuda when available)
+    # torch's CPU threads; None: one per core no other process is busy on (agent/threads.py: torch's own
+    # default of one per core slows several-fold beside another busy process)
+    threads: int | None = None
 
     def __post_init__(self):
         check_choices(self)
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"--threads must be a positive integer, got {self.threads!r}")
         if self.backend == "openai" and not self.model:
             raise ValueError("--backend openai needs --model, the served model's name")
         if self.backend == "openai" and not self.tokenizer:
