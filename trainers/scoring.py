@@ -43,7 +43,7 @@ class TokenScorer(torch.nn.Module):
             else:
                 features = selected.detach() if self.detach_value else selected
             value = torch.zeros(mask.shape, device=ids.device)
-            value[mask] = self.value_head(features.float())[:, 0]
+            value[mask] = self.value_head(features.float())[:, 0].float()  # bf16 under autocast: values stay fp32
         return logp, entropy, value
 
 

@@ -8,6 +8,7 @@ import torch
 
 from ragen_envs.agent import threads
 from ragen_envs.cli import main
+from conftest import SMOKE
 
 
 @pytest.fixture
@@ -58,5 +59,5 @@ def test_a_bad_threads_value_is_one_line_before_any_model_loads(capsys, monkeypa
     import ragen_envs.agent.backends.transformers as backend
 
     monkeypatch.setattr(backend.TransformersPolicy, "__init__", lambda *a, **k: pytest.fail("a model was loaded"))
-    assert main([*command, "--env", "Ragen/Bandit-v0", "--threads", "0"]) == 2
+    assert main([*command, "--env", SMOKE, "--threads", "0"]) == 2
     assert "--threads must be a positive integer, got 0" in capsys.readouterr().err

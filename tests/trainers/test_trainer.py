@@ -383,3 +383,14 @@ def test_frozen_bottom_layers_stay_as_they_were(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="2 decoder layers"):
         Trainer(make_model(tokenizer), SMOKE, config(tmp_path / "x", freeze_layers=3),
                 tokenizer=tokenizer)
+
+
+def test_the_critics_values_stay_fp32_under_bf16_autocast(tokenizer, tmp_path):
+    # A CPU with native bf16 (or a GPU) takes bf16 by default; the value head's output came back bf16
+    # and could not be written into the fp32 values.
+    model = make_model(tokenizer)
+    cfg = config(tmp_path, algorithm="ppo", critic="shared", mixed_precision="bf16")
+    trainer = Trainer(model, SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    batch = collate(trajectory_samples(trainer.runner.collect()[0], 0)[:1], tokenizer.pad_token_id)
+    logp, entropy, values = trainer._token_outputs(trainer.scorer, batch)
+    assert values.dtype == torch.float32 and torch.isfinite(values).all()
