@@ -84,7 +84,7 @@ def main() -> None:
     spinners = [multiprocessing.Process(target=spin, args=(stop,), daemon=True) for _ in range(args.load)]
     for p in spinners:
         p.start()
-    time.sleep(2)  # the load average starts to see them (the auto choice reads it)
+    time.sleep(2)  # the spinners running before the first timing (the printed load average sees them too)
     print(f"beside {args.load} busy process(es), load average {os.getloadavg()[0]:.2f}:", flush=True)
     try:
         loaded = measure(args.steps, args.repeats)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from ragen_envs.base import check_positive_int
+
 
 def usable_cores() -> int:
     try:
@@ -35,8 +37,8 @@ def set_threads(threads: int | None = None) -> int:
     set); returns the number torch now uses."""
     import torch
 
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive integer (or None: auto), got {threads!r}")
+    if threads is not None:
+        check_positive_int("threads", threads)
     if threads is None and os.environ.get("OMP_NUM_THREADS"):  # the user's own choice stands
         return torch.get_num_threads()
     count = auto_threads() if threads is None else threads

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ragen_envs.base import check_choices
+from ragen_envs.base import check_choices, check_positive_int
 
 from ragen_envs.agent.backends.base import Generation, Policy, SamplingConfig
 
@@ -25,9 +25,8 @@ class PolicyConfig:
 
     def __post_init__(self):
         check_choices(self)
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise ValueError(f"--threads must be a positive integer, got {self.threads!r}")
+        if self.threads is not None:
+            check_positive_int("--threads", self.threads)
         if self.backend == "openai" and not self.model:
             raise ValueError("--backend openai needs --model, the served model's name")
         if self.backend == "openai" and not self.tokenizer:
