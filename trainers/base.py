@@ -21,7 +21,7 @@ from ragen_envs.agent.async_rollout import make_runner
 from ragen_envs.agent.baseline import play_held_out, summarise_held_out
 from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
-from ragen_envs.agent.rollout import check_envs
+from ragen_envs.agent.rollout import NO_MODEL, check_envs
 from ragen_envs.registry import env_for
 from trainers import checkpoint, lora, mi, run_folder
 from trainers.batch import Sample, collate
@@ -31,6 +31,22 @@ from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce,
 from trainers.metrics import PROBE_FILE, MetricsLogger, append_jsonl, plot_run
 from trainers.scoring import build_scorers
 from trainers.model import model_name, prepare_model, use_bf16
+
+
+def nothing_to_train(folder, iteration: int, num_iterations: int) -> str:
+    return (f"{folder} is at iteration {iteration} and num_iterations is {num_iterations}: nothing to train "
+            "(raise --iterations to continue)")
+
+
+def finished_iteration(cfg: TrainerConfig, model) -> int | None:
+    """The iteration of the checkpoint ``cfg`` resumes, where the run has already reached
+    ``num_iterations`` (so there is nothing to train, and no model need load); else None."""
+    where = cfg.resume_from_checkpoint
+    if not where or cfg.exit_after_gradient_analysis or not cfg.output_dir and where == "latest":
+        return None  # nothing to resume, or a probe; the Trainer reports a "latest" without a folder
+    found = checkpoint.find(Path(cfg.output_dir or Path(where).parent), where)
+    iteration = checkpoint.validate(found, cfg.algorithm, model_name(model))["iteration"]
+    return iteration if iteration >= cfg.num_iterations else None
 
 
 def check_held_out(cfg: TrainerConfig, groups: int, envs: int, world: int) -> None:
@@ -73,7 +89,7 @@ class TrainerBase:
         self.model_name = model_name(model)
         # Everything that can be checked without the model is checked before it loads.
         self.device = pick_device(device)
-        mix = check_envs(env or env_for("default"), cfg.rollout)
+        mix = check_envs(env or env_for("default"), cfg.rollout, NO_MODEL if vision.is_processor(tokenizer) else model)
         if cfg.eval_steps:
             check_held_out(cfg, sum(mix.values()), len(mix), self.world)
         self.output_dir = self._run_folder(cfg, mix)
@@ -183,8 +199,7 @@ class TrainerBase:
             return [metrics]
         if self.iteration >= cfg.num_iterations:
             if self.rank == 0:
-                print(f"{self.output_dir} is at iteration {self.iteration} and num_iterations is "
-                      f"{cfg.num_iterations}: nothing to train (raise --iterations to continue)", flush=True)
+                print(nothing_to_train(self.output_dir, self.iteration, cfg.num_iterations), flush=True)
             return history
         self._bar = progress.bar(cfg.num_iterations, "it", "training") if self.rank == 0 else None
         if cfg.eval_steps and self.iteration == 0:  # the start, to compare the run with

@@ -26,6 +26,7 @@ prompt is encoded from its messages, and the cap then applies to it.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
@@ -78,6 +79,9 @@ class RolloutConfig:
             raise ValueError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
 
 
+NO_MODEL = object()  # check_envs without a model to check
+
+
 def env_mix(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, int]:
     """The run's envs as {id: groups}: an env id gets ``config.n_groups``."""
     mix = {envs: config.n_groups} if isinstance(envs, str) else dict(envs)
@@ -108,18 +112,29 @@ def env_kwargs_by_id(mix: dict[str, int], env_kwargs: dict[str, Any]) -> dict[st
     return {env_id: dict(kwargs) for env_id, kwargs in env_kwargs.items()}
 
 
-def check_envs(envs: str | dict[str, int], config: RolloutConfig) -> dict[str, int]:
-    """Build each env of the run once, so a bad id or argument fails now, not after a model loads.
-    Returns the mix; a ValueError names the env and the problem."""
+def check_envs(envs: str | dict[str, int], config: RolloutConfig, model: Any = NO_MODEL) -> dict[str, int]:
+    """Build each env of the run once, so a bad id or argument fails now, not after a model loads; with
+    ``model`` (a path or hub id; None: the embedded default), an env that shows images needs it to be a
+    vision-language model. Returns the mix; a ValueError names the env and the problem."""
     mix = env_mix(envs, config)
     kwargs = env_kwargs_by_id(mix, config.env_kwargs)
+    visual = []
     for env_id in mix:
         try:
-            gym.make(env_id, **kwargs.get(env_id, {})).close()
+            env = gym.make(env_id, **kwargs.get(env_id, {}))
         except gym.error.Error as error:
             raise ValueError(f"{env_id}: {error}") from None
         except (TypeError, ValueError) as error:
             raise ValueError(f"{env_id} {kwargs.get(env_id, {})}: {error}") from None
+        if vision.shows_images(env.observation_space):
+            visual.append(env_id)
+        env.close()
+    if visual and (model is None or isinstance(model, (str, os.PathLike))):
+        from ragen_envs.agent.default_model import is_vision_model, resolve_model
+
+        if model is None or not is_vision_model(resolve_model(model)):  # the embedded default is a text model
+            raise ValueError(f"{', '.join(visual)} shows images and {model or 'the embedded default model'} is a "
+                             "text model: use a vision-language model (a folder with a processor) or a text env")
     return mix
 
 

@@ -33,6 +33,16 @@ def is_processor(obj) -> bool:
     return hasattr(obj, "image_processor") and hasattr(obj, "tokenizer")
 
 
+def shows_images(space) -> bool:
+    """An observation space whose observations hold an image (what ChatEnv puts in the user message):
+    an (H, W, 3) array, or a dict with an "image" part."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return "image" in space.spaces
+    return isinstance(space, spaces.Box) and len(space.shape) == 3
+
+
 def message_images(messages: list[dict]) -> list[np.ndarray]:
     """The images of ``messages``, in order."""
     return [part["image"] for m in messages if isinstance(m["content"], list)

@@ -102,13 +102,15 @@ def cmd_eval(args) -> int:
     from ragen_envs.agent import progress, save_jsonl
     from ragen_envs.agent.async_rollout import make_runner
     from ragen_envs.agent.outputs import check_writable, save_or_keep
-    from ragen_envs.agent.rollout import check_envs
+    from ragen_envs.agent.rollout import NO_MODEL, check_envs
 
     config = cli_args.build(RolloutConfig, args)
-    mix = check_envs(parse_env_flags(args.env, config.n_groups), config)
+    policy = cli_args.build(PolicyConfig, args)
+    # an OpenAI server's model is not here to check: its images go as chat messages
+    seen_by = NO_MODEL if policy.backend == "openai" else policy.model
+    mix = check_envs(parse_env_flags(args.env, config.n_groups), config, seen_by)
     if args.save:
         check_writable(Path(args.save).parent, "trajectories")
-    policy = cli_args.build(PolicyConfig, args)
     set_threads(policy.threads)
     runner = make_runner(mix, policy.make(), config)
     bar = progress.bar(config.chat.max_turns, "turns")
@@ -126,6 +128,7 @@ def cmd_eval(args) -> int:
 
 def cmd_train(args) -> int:
     from trainers import Trainer, TrainerConfig
+    from trainers.base import finished_iteration, nothing_to_train
 
     config = cli_args.build(TrainerConfig, args)
     mix = parse_env_flags(args.env, config.rollout.n_groups)
@@ -133,6 +136,10 @@ def cmd_train(args) -> int:
         raise ValueError("ragen train rolls out in process: --backend transformers (default) or vllm; an "
                          "OpenAI server cannot load the trained weights")
     policy = cli_args.build(PolicyConfig, args, include=ROLLOUT_POLICY_FIELDS)
+    done = finished_iteration(config, policy.model)
+    if done is not None:  # told before the model loads, as Trainer.train would after it
+        print(nothing_to_train(config.output_dir, done, config.num_iterations))
+        return 0
     set_threads(policy.threads)
     # A factory: the Trainer builds the vLLM engine only after its own checks have passed.
     rollout_policy = (lambda: make_policy("vllm", policy.model)) if policy.backend == "vllm" else None
@@ -347,9 +354,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         if args.config:
             raise ValueError("--resume reads the run's own config.json: leave out --config")
         record = Path(folder) / "config.json"
-        if record.is_file():
-            envs, defaults = run_layer(load_run_config(str(record)), "allow_config_changes", "resume_from_checkpoint")
-            layers.append((commands["train"], defaults))  # without this resume's own settings
+        if not record.is_file():
+            raise ValueError(f"--resume: no run in {folder} (it has no config.json); leave out --resume to start one")
+        envs, defaults = run_layer(load_run_config(str(record)), "allow_config_changes", "resume_from_checkpoint")
+        layers.append((commands["train"], defaults))  # without this resume's own settings
     if args.command in ("train", "eval") and args.preset:
         env = args.env[0].partition(":")[0] if args.env else next(iter(envs or {}), None)
         layers.append((commands[args.command], cli_args.flatten(TrainerConfig, preset(args.preset, env))

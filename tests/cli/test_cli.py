@@ -228,8 +228,13 @@ def test_an_unknown_env_fails_before_any_model_loads(capsys):
 
 
 # an env that takes a slip probability (a float argument)
+VISUAL = next(i for i, e in ENVIRONMENTS.items() if e.visual and not e.extra)  # an env that shows images
 SLIPPERY = next(i for i, e in ENVIRONMENTS.items() if not e.extra and "slip" in signature(load_class(e)).parameters)
 TRAIN = ["train", "--env", SMOKE, "--iterations", "1", "--groups", "1", "--group-size", "2"]
+
+
+def no_loading(*args, **kwargs):
+    raise AssertionError("a model was loaded before the arguments were checked")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -255,17 +260,24 @@ TRAIN = ["train", "--env", SMOKE, "--iterations", "1", "--groups", "1", "--group
     (["train", "--iterations", "x"], "argument --iterations: invalid int value: 'x'"),
     (TRAIN + ["--backend", "openai", "--model", "m"], "cannot load the trained weights"),
     (TRAIN + ["--freeze-layers", "-1"], "freeze_layers must be >= 0"),
+    (TRAIN + ["--group-size", "1"], "group_size must be >= 2"),
+    (["eval", "--env", VISUAL, "--model", "{text}"], f"{VISUAL} shows images and {{text}} is a text model"),
+    (["train", "--env", VISUAL, "--model", "{text}"], f"{VISUAL} shows images and {{text}} is a text model"),
+    (["eval", "--env", VISUAL], "is a text model: use a vision-language model"),  # the embedded default
+    (["train", "--resume", "latest", "--output-dir", "{empty}"], "--resume: no run in {empty}"),
 ])
 def test_every_error_is_one_line_before_any_model_loads(argv, message, tmp_path, capsys, monkeypatch):
     import transformers
 
-    def no_loading(*args, **kwargs):
-        raise AssertionError("a model was loaded before the arguments were checked")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
+    for loader in (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText):
+        monkeypatch.setattr(loader, "from_pretrained", no_loading)
     (tmp_path / "empty").mkdir()
-    argv = [a.replace("{empty}", str(tmp_path / "empty")) for a in argv]
-    if argv[0] == "train":
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "config.json").write_text('{"model_type": "llama"}')  # no vision_config
+    paths = {"{empty}": str(tmp_path / "empty"), "{text}": str(tmp_path / "text")}
+    argv = [paths.get(a, a) for a in argv]
+    message = message.replace("{empty}", paths["{empty}"]).replace("{text}", paths["{text}"])
+    if argv[0] == "train" and "--output-dir" not in argv:
         argv += ["--output-dir", str(tmp_path / "run")]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -275,11 +287,14 @@ def test_every_error_is_one_line_before_any_model_loads(argv, message, tmp_path,
     assert "Traceback" not in err
 
 
-def test_cuda_without_a_gpu_is_one_line(capsys):
+def test_cuda_without_a_gpu_is_one_line_before_any_model_loads(capsys, monkeypatch):
     import torch
+    import transformers
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
+    for loader in (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText):
+        monkeypatch.setattr(loader, "from_pretrained", no_loading)
     for command in (["eval"], TRAIN):
         assert main([*command, "--env", SMOKE, "--device", "cuda"]) == 2
         assert "no CUDA GPU" in capsys.readouterr().err

@@ -159,9 +159,15 @@ def test_resume_refuses_another_algorithm_or_model(finished_run, tmp_path, capsy
     assert message in capsys.readouterr().err
 
 
-def test_resuming_a_finished_cli_run_exits_cleanly(finished_run, tmp_path, capsys):
+def test_resuming_a_finished_cli_run_exits_cleanly_before_the_model_loads(finished_run, tmp_path, capsys,
+                                                                          monkeypatch):
+    import transformers
+
     _, args = _copy_run(finished_run, tmp_path)
-    assert main([*args, "--resume", "latest"]) == 0
+    with monkeypatch.context() as patched:
+        patched.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the model loaded for a run with nothing to train"))
+        assert main([*args, "--resume", "latest"]) == 0
     assert "nothing to train" in capsys.readouterr().out
     assert main(args) == 2  # the same command without --resume
     assert "--resume latest" in capsys.readouterr().err
