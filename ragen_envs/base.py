@@ -11,7 +11,8 @@ remote client, which exposes the same names):
 - ``reset(seed=s, options={...})``: ``seed`` fixes the initial state (a level, a map, a problem).
   ``options["transition_seed"] = t`` reseeds the random transitions that follow (FrozenLake's slip),
   so envs reset with one seed share the start and draw their own dynamics; each env documents its
-  other options. All randomness comes from ``self.np_random``, never from global state.
+  other options and lists them in ``reset_options``; an unknown key is a ValueError. All randomness
+  comes from ``self.np_random``, never from global state.
 - ``reward_range``: (lowest, highest) reward of one step (0 to 1 unless the env says otherwise).
 - ``step(action)``: ``action`` is a string. A string the env cannot parse (or a non-string) never
   raises: nothing changes, the reward is 0 and ``info["action_is_valid"]`` is False. Every call counts
@@ -37,6 +38,7 @@ Subclasses implement ``_new_episode``, ``parse_action``, ``_apply``, ``_observat
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
 from typing import Any
 
@@ -67,6 +69,9 @@ class LLMEnv(gym.Env):
     #: (lowest, highest) reward of any one step, as each env's docstring states it; the fuzzer
     #: (``benchmarks/env_fuzz.py``) holds every env to it.
     reward_range: tuple[float, float] = (0.0, 1.0)
+    #: The keys of ``reset(options=...)`` this env reads besides "transition_seed"; any other key is an
+    #: error (a misspelt option silently ignored would play the wrong episode).
+    reset_options: tuple[str, ...] = ()
 
     def __init__(self, max_steps: int, render_mode: str | None = None):
         check_positive_int("max_steps", max_steps)
@@ -125,6 +130,12 @@ class LLMEnv(gym.Env):
         self.reset_seed = seed  # the seed of this reset (None: none given), for RAGEN's item rules
         options = dict(options or {})
         transition_seed = options.pop("transition_seed", None)
+        unknown = sorted(set(options) - set(self.reset_options), key=str)
+        if unknown:
+            known = ["transition_seed", *self.reset_options]
+            close = difflib.get_close_matches(str(unknown[0]), known, n=1)
+            raise ValueError(f"{type(self).__name__}.reset: unknown option {unknown[0]!r}"
+                             f"{f'; did you mean {close[0]!r}?' if close else ''} (its options: {', '.join(known)})")
         self._elapsed_steps = 0
         self._terminated = False
         self._truncated = False

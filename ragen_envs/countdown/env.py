@@ -96,6 +96,7 @@ def _brief(value) -> str:
 
 class CountdownEnv(TextEnv):
     instructions = INSTRUCTIONS
+    reset_options = ("task",)
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 3,
                  render_mode: str | None = None, answer_check: Literal["ragen", "strict"] = "ragen",

@@ -126,6 +126,7 @@ def failure_note(index: int, test: dict, run: Run) -> str:
 
 class DeepCoderEnv(TextEnv):
     instructions = INSTRUCTIONS
+    reset_options = ("problem",)
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 1,
                  sandbox: str = "bubblewrap", limits: Limits | None = None, render_mode: str | None = None,

@@ -114,6 +114,8 @@ def shortest_path(holes: np.ndarray, start, goal) -> list[str] | None:
 class FrozenLakeEnv(GridEnv):
     """FrozenLake for LLM agents, with random maps and tunable slip. See the module docstring."""
 
+    reset_options = ("map",)
+
     SYMBOLS = "_OGPX√"
     ATLAS = _atlas()
 

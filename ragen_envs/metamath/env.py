@@ -78,6 +78,7 @@ def builtin_problem(rng) -> Problem:
 
 class MetaMathQAEnv(TextEnv):
     instructions = INSTRUCTIONS
+    reset_options = ("problem",)
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 3,
                  render_mode: str | None = None, answer_check: Literal["exact", "normalized"] = "exact",

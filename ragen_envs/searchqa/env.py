@@ -88,6 +88,7 @@ def load_corpus(source: Any) -> tuple[Passage, ...]:
 
 class SearchQAEnv(TextEnv):
     instructions = INSTRUCTIONS
+    reset_options = ("question",)
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", corpus: Any = "builtin",
                  retriever_url: str | None = None, retriever_api: str = "ragen", top_k: int = 5,

@@ -92,6 +92,8 @@ def _atlas() -> np.ndarray:
 class SokobanEnv(GridEnv):
     """Sokoban for LLM agents. See the module docstring for spaces, rewards and arguments."""
 
+    reset_options = ("level",)
+
     SYMBOLS = "#_O√XPS"
     ATLAS = _atlas()
     # a step pays its penalty plus a box pushed on or off a target, plus the bonus on the last box

@@ -84,6 +84,7 @@ INSTRUCTIONS = (
 
 class WebShopEnv(TextEnv):
     instructions = INSTRUCTIONS
+    reset_options = ("goal",)
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 15,
                  results_per_page: int = 10, max_results: int = 50, render_mode: str | None = None,

@@ -186,6 +186,16 @@ def test_transition_seed_keeps_the_start_and_fixes_the_dynamics(any_env_id):
         gym.make(any_env_id).reset(seed=0, options={"transition_seed": "x"})
 
 
+def test_an_unknown_reset_option_is_refused_with_the_known_ones(any_env_id):
+    env = gym.make(any_env_id)
+    known = ["transition_seed", *env.get_wrapper_attr("reset_options")]
+    misspelt = known[-1][:-2] + known[-1][-1] + known[-1][-2]  # its last two letters swapped
+    with pytest.raises(ValueError, match=f"unknown option '{misspelt}'; did you mean '{known[-1]}'") as error:
+        env.reset(seed=0, options={misspelt: 1})
+    assert all(k in str(error.value) for k in known)
+    env.reset(seed=0, options={"transition_seed": 1})  # a known option still resets
+
+
 def test_pickled_env_continues_the_same_episode(any_env_id):
     env = gym.make(any_env_id)
     env.reset(seed=6)
