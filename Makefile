@@ -13,7 +13,7 @@ VLLM := $(VLLM_VENV)/.vllm-installed
 export SDL_VIDEODRIVER ?= dummy
 export SDL_AUDIODRIVER ?= dummy
 
-.PHONY: demo demo-smollm2 oracle-demo test system-packages test-vllm lint docs bench fuzz audit clean
+.PHONY: demo demo-smollm2 oracle-demo test system-packages test-vllm test-frameworks lint docs bench fuzz audit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,39 @@ test: $(DEV) system-packages
 test-vllm: $(VLLM)
 	LD_PRELOAD=$$(find $(VLLM_VENV) -name libiomp5.so | head -n 1) VLLM_CPU_KVCACHE_SPACE=2 \
 		$(VLLM_PY) -m pytest -p no:cacheprovider -o addopts="" --timeout 3000 tests/test_vllm.py -v
+
+# The adapters against the real frameworks (ragen_envs/integrations/), each in its own venv under
+# .venv-frameworks/ (their pins clash: verl wants transformers < 5.11, OpenRLHF == 5.15, verifiers 0.3
+# and 0.4 differ in API). tests/frameworks/<name>.txt lists what goes in, under constraints.txt (the
+# CPU torch); <name>-nodeps.txt what goes in without its dependencies; the project goes in with
+# --no-deps. A stamp per venv: rebuilt only when its lists or pyproject.toml change. TRL, SkyRL-gym
+# and OpenEnv install in .venv itself (their extras) and `make test` runs their tests there.
+FRAMEWORKS_DIR := .venv-frameworks
+FRAMEWORKS := verl openrlhf verifiers verifiers_v1
+FRAMEWORK_STAMPS := $(FRAMEWORKS:%=$(FRAMEWORKS_DIR)/%/.installed)
+
+$(FRAMEWORKS_DIR)/%/.installed: tests/frameworks/%.txt tests/frameworks/common.txt tests/frameworks/constraints.txt pyproject.toml
+	rm -rf $(FRAMEWORKS_DIR)/$*
+	$(PYTHON) -m venv $(FRAMEWORKS_DIR)/$*
+	$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --upgrade pip
+	cd tests/frameworks && ../../$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile -c constraints.txt -r $*.txt
+	if [ -f tests/frameworks/$*-nodeps.txt ]; then $(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile \
+		--no-deps -c tests/frameworks/constraints.txt -r tests/frameworks/$*-nodeps.txt; fi
+	$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile --no-deps -e .
+	@# bytecode once (see $$(DEV)); template files that do not compile are expected
+	-$(FRAMEWORKS_DIR)/$*/bin/python -m compileall -q -j 0 $(FRAMEWORKS_DIR)/$*/lib >/dev/null 2>&1
+	touch $@
+$(FRAMEWORKS_DIR)/openrlhf/.installed: tests/frameworks/openrlhf-nodeps.txt
+
+# Each framework's tests in its venv; RAGEN_FRAMEWORK makes a missing package fail there, not skip.
+# The tokenizer they use is the default model's, converted once by .venv (the cache `make test` fills).
+test-frameworks: $(DEV) $(FRAMEWORK_STAMPS)
+	$(PY) -c "from ragen_envs.agent.default_model import default_model_path; default_model_path()"
+	@status=0; for fw in $(FRAMEWORKS); do \
+		echo "== $$fw"; \
+		RAGEN_FRAMEWORK=$$fw $(FRAMEWORKS_DIR)/$$fw/bin/python -m pytest -p no:cacheprovider -q \
+			tests/integrations/test_$$fw.py || status=1; \
+	done; exit $$status
 
 oracle-demo: $(DEV)
 	$(PY) -m ragen_envs.cli.oracle_demo

@@ -23,17 +23,19 @@ def seed_rows(env_id: str, n: int, start: int = 0, chat: ChatEnvConfig | None = 
     return rows
 
 
-def env_ids(tokenizer, reply_ids: list[int], messages: list[dict]) -> list[int]:
+def env_ids(tokenizer, reply_ids: list[int], messages: list[dict], prefill: str = "") -> list[int]:
     """The tokens between a reply (``reply_ids``, ``messages[-2]``) and the next generation: the end of
     the assistant's turn unless the reply holds it (an EOS it generated), the new user message
-    (``messages[-1]``) and the generation prompt, as ``chat_encoding.extend`` appends them."""
-    return chat_encoding.extend(tokenizer, [], reply_ids, messages)[len(reply_ids):]
+    (``messages[-1]``), the generation prompt and ``prefill`` (``ChatEnvConfig.prefill``: the reply's
+    message starts with it, its tokens do not), as ``chat_encoding.extend`` appends them."""
+    return chat_encoding.extend(tokenizer, [], reply_ids, messages, prefill)[len(reply_ids):]
 
 
-def feedback_text(tokenizer, messages: list[dict], reply_ended_with_eos: bool = True) -> str:
-    """``env_ids`` as text, for frameworks that join prompt, reply and env text themselves (OpenRLHF);
-    the reply is ``messages[-2]``, ended by the EOS token when the engine stopped there."""
-    reply_ids = chat_encoding.tokenize(tokenizer, messages[-2]["content"])
-    if reply_ended_with_eos:
-        reply_ids.append(tokenizer.eos_token_id)
-    return tokenizer.decode(env_ids(tokenizer, reply_ids, messages), skip_special_tokens=False)
+def feedback_text(tokenizer, messages: list[dict], reply_ids: list[int], prefill: str = "") -> str:
+    """``env_ids`` as text, for frameworks that join prompt, reply and env text themselves (OpenRLHF)."""
+    return tokenizer.decode(env_ids(tokenizer, reply_ids, messages, prefill), skip_special_tokens=False)
+
+
+def prompt_text(tokenizer, messages: list[dict], prefill: str = "") -> str:
+    """The first prompt as template text, ending with the generation prompt and ``prefill``."""
+    return chat_encoding.render(tokenizer, messages, add_generation_prompt=True) + prefill

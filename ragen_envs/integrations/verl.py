@@ -4,15 +4,21 @@ In verl's config, ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` lis
 import this module so ``@register`` runs), and each dataset row sets ``agent_name: ragen_agent`` and
 names its episode in ``extra_info``: ``{"env_id": ..., "seed": ...}`` (``dataset_rows`` writes them).
 
-``run`` plays the episode through ``ChatEnv`` against verl's LLM server: each turn the server
-generates from the token prompt, the reply goes to the env, and the env's next message is appended
-in token space (``chat_encoding.extend``, the same rule as this project's runner), so
-``response_ids`` holds replies and env messages, ``response_mask`` 1 on reply tokens and 0 on env
-tokens, ``response_logprobs`` the server's log-probabilities (0.0 on env tokens) and
-``reward_score`` the episode's return. Generation stops at ``rollout.response_length`` tokens.
+``run`` plays the episode through ``ChatEnv`` against verl's LLM server (``LLMServerClient.generate``),
+as this project's ``RolloutRunner`` plays it: the prompt ends with the reply's prefill (``<think>``,
+``ChatEnvConfig.prefill``), each reply is read as the prefill plus the generated text, and the env's
+next message is appended in token space (``chat_encoding.extend``), followed by the prefill again. So
 
-Written against ``verl.experimental.agent_loop.agent_loop`` (verl 0.9); verl needs Ray and a GPU
-inference server, so the tests drive it through a faithful reading of that interface.
+- ``response_ids`` holds replies and env messages, ``response_mask`` 1 on reply tokens and 0 on env
+  tokens (the prefills included), ``response_logprobs`` the server's log-probabilities (0.0 on env tokens);
+- ``reward_score`` is the episode's return (format penalties included); verl writes it into
+  ``rm_scores`` at the last response token, the only reward the episode gets;
+- ``num_turns`` counts messages as verl's own loops do: user and assistant, not the system prompt;
+- ``extra_fields["success"]`` the outcome.
+
+Generation stops at ``rollout.response_length`` tokens; a first prompt over ``rollout.prompt_length``
+is cut from the left, as verl cuts its own. Tested against verl 0.9.1 (``make test-frameworks``):
+its ``RLHFDataset``, ``collate_fn`` and ``AgentLoopWorker``, with only the LLM server scripted.
 """
 
 from __future__ import annotations
@@ -32,27 +38,29 @@ except ImportError:  # pragma: no cover - depends on the installed packages
 
 @register("ragen_agent")
 class RagenAgentLoop(AgentLoopBase):
-    chat_config = ChatEnvConfig()  # turns, format and penalty; set a subclass's to change them
+    chat_config = ChatEnvConfig()  # turns, format, penalty and prefill; set a subclass's to change them
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         episode = dict(kwargs.get("extra_info") or {})
         chat = ChatEnv(episode["env_id"], self.chat_config, **episode.get("env_kwargs", {}))
         budget = int(self.rollout_config.response_length)
-        prompt_ids = chat_encoding.encode_chat(self.tokenizer, chat.reset(seed=episode.get("seed")))
+        prefill = self.chat_config.prefill
+        prompt_ids = self._cap_text_prompt_length(
+            chat_encoding.encode_chat(self.tokenizer, chat.reset(seed=episode.get("seed")))
+            + chat_encoding.tokenize(self.tokenizer, prefill))
         ids, mask, logprobs = list(prompt_ids), [], []
         try:
             while not chat.done and len(mask) < budget:
-                output = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=ids,
-                                                            sampling_params=sampling_params)
+                output = await self.server_manager.generate(uuid4().hex, prompt_ids=ids, sampling_params=sampling_params)
                 reply_ids = list(output.token_ids)[:budget - len(mask)]
                 reply_logprobs = list(output.log_probs or [0.0] * len(reply_ids))[:len(reply_ids)]
-                chat.step(self.tokenizer.decode(reply_ids, skip_special_tokens=True))
+                chat.step(prefill + self.tokenizer.decode(reply_ids, skip_special_tokens=True))
                 ids += reply_ids
                 mask += [1] * len(reply_ids)
                 logprobs += reply_logprobs
                 if chat.done or len(mask) >= budget:
                     break
-                env = env_ids(self.tokenizer, reply_ids, chat.messages)[:budget - len(mask)]
+                env = env_ids(self.tokenizer, reply_ids, chat.messages, prefill)[:budget - len(mask)]
                 ids += env
                 mask += [0] * len(env)
                 logprobs += [0.0] * len(env)
@@ -60,8 +68,8 @@ class RagenAgentLoop(AgentLoopBase):
             chat.close()
         return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=ids[len(prompt_ids):], response_mask=mask,
                                response_logprobs=logprobs, reward_score=chat.episode_return,
-                               num_turns=len(chat.messages), metrics=AgentLoopMetrics(),
-                               extra_fields={"success": chat.success})
+                               num_turns=sum(m["role"] != "system" for m in chat.messages),
+                               metrics=AgentLoopMetrics(), extra_fields={"success": chat.success})
 
 
 def dataset_rows(env_id: str, n: int, start: int = 0, chat: ChatEnvConfig | None = None) -> list[dict]:
