@@ -5,23 +5,32 @@ OpenRLHF loads ``AgentExecutor`` from the file given to ``--agent_func_path``; t
     from ragen_envs.integrations.openrlhf import agent_executor
     AgentExecutor = agent_executor("Qwen/Qwen2.5-0.5B-Instruct")   # the policy's tokenizer
 
-Its dataset holds the envs' first prompts with the chat template applied, and the label of each row
-names its episode: ``{"env_id": ..., "seed": ...}`` as JSON (``dataset_rows`` writes both). For each
-prompt OpenRLHF makes an ``AgentInstance``: ``reset`` starts that episode, ``step`` plays the model's
-reply through ``ChatEnv`` and returns the turn's reward and, as ``environment_feedback``, the template
-text of the env's next message up to the next generation, which OpenRLHF appends to the sequence (its
-tokens are masked out of the loss). Replies are taken to end with the EOS token, as vLLM stops them.
+Its dataset holds the envs' first prompts as template text and the label of each row names its
+episode: ``{"env_id": ..., "seed": ...}`` as JSON (``dataset_rows`` writes both). For each prompt
+OpenRLHF's ``MultiTurnAgentExecutor`` makes an ``AgentInstance``: ``reset`` starts that episode,
+``step`` plays the model's reply through ``ChatEnv`` and returns the env's next message as
+``environment_feedback``, the template text up to the next generation, which OpenRLHF appends to the
+sequence outside the action ranges (no loss on it, log-prob 0.0). As this project's runner does, each
+prompt ends with the reply's prefill (``<think>``, ``ChatEnvConfig.prefill``: the first prompt and
+every feedback) and a reply is read as the prefill plus the generated text. Replies are taken to end
+with the EOS token, as vLLM stops them (a reply cut by max_tokens ends the sequence anyway).
 
-Written against ``openrlhf.utils.agent`` (``AgentInstanceBase``, ``MultiTurnAgentExecutor``); OpenRLHF
-needs DeepSpeed, Ray and vLLM on GPUs, so the tests drive it through a faithful reading of that file.
+What the env's reward becomes: ``rewards`` each turn is the turn's reward, which OpenRLHF sums into
+the sample's ``reward`` (the training reward: the episode's return, format penalties included);
+``scores`` is the episode's success (1.0 or 0.0), the binary score OpenRLHF's dynamic filtering reads;
+``extra_logs`` holds ``success`` and ``episode_return``.
+
+Tested against OpenRLHF 0.11.2 (``make test-frameworks``): its ``--agent_func_path`` loader and
+``MultiTurnAgentExecutor``, with only the engine scripted (vLLM stubbed to import the loader).
 """
 
 from __future__ import annotations
 
 import json
 
+from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
-from ragen_envs.integrations.common import feedback_text, seed_rows
+from ragen_envs.integrations.common import feedback_text, prompt_text, seed_rows
 
 try:
     import torch
@@ -36,6 +45,7 @@ def agent_executor(tokenizer, chat: ChatEnvConfig | None = None, **env_kwargs) -
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    config = chat or ChatEnvConfig()
 
     class AgentInstance(AgentInstanceBase):
         def __init__(self, *args, **kwargs):
@@ -43,17 +53,20 @@ def agent_executor(tokenizer, chat: ChatEnvConfig | None = None, **env_kwargs) -
 
         async def reset(self, states: dict, **kwargs) -> dict:
             episode = json.loads(states["label"]) if isinstance(states["label"], str) else dict(states["label"])
-            self.chat = ChatEnv(episode["env_id"], chat, **env_kwargs)
+            self.chat = ChatEnv(episode["env_id"], config, **env_kwargs)
             self.chat.reset(seed=episode["seed"])
             return {"observation": states["observation"]}
 
         async def step(self, states: dict, **kwargs) -> dict:
-            record = self.chat.step(states["action_text"])
+            prefill, text = config.prefill, states["action_text"]
+            record = self.chat.step(prefill + text)
             done = self.chat.done
-            feedback = "" if done else feedback_text(tokenizer, self.chat.messages)
-            return {"rewards": torch.tensor(record.reward), "scores": torch.tensor(self.chat.episode_return),
+            reply_ids = chat_encoding.tokenize(tokenizer, text) + [tokenizer.eos_token_id]
+            feedback = "" if done else feedback_text(tokenizer, self.chat.messages, reply_ids, prefill)
+            return {"rewards": torch.tensor(float(record.reward)), "scores": torch.tensor(float(self.chat.success)),
                     "environment_feedback": feedback, "done": done, "sampling_params": states.get("sampling_params"),
-                    "extra_logs": {"success": torch.tensor(float(self.chat.success))}}
+                    "extra_logs": {"success": torch.tensor(float(self.chat.success)),
+                                   "episode_return": torch.tensor(float(self.chat.episode_return))}}
 
     class AgentExecutor(MultiTurnAgentExecutor):
         def __init__(self):
@@ -63,7 +76,8 @@ def agent_executor(tokenizer, chat: ChatEnvConfig | None = None, **env_kwargs) -
 
 
 def dataset_rows(env_id: str, n: int, tokenizer, start: int = 0, chat: ChatEnvConfig | None = None) -> list[dict]:
-    """Rows ``{"prompt": first prompt as template text, "label": '{"env_id": ..., "seed": ...}'}``."""
-    return [{"prompt": tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True),
+    """Rows ``{"prompt": first prompt as template text, prefill included, "label": '{"env_id": ..., "seed": ...}'}``."""
+    prefill = (chat or ChatEnvConfig()).prefill
+    return [{"prompt": prompt_text(tokenizer, row["prompt"], prefill),
              "label": json.dumps({"env_id": row["env_id"], "seed": row["seed"]})}
             for row in seed_rows(env_id, n, start, chat)]

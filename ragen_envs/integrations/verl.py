@@ -51,7 +51,8 @@ class RagenAgentLoop(AgentLoopBase):
         ids, mask, logprobs = list(prompt_ids), [], []
         try:
             while not chat.done and len(mask) < budget:
-                output = await self.server_manager.generate(uuid4().hex, prompt_ids=ids, sampling_params=sampling_params)
+                output = await self.server_manager.generate(uuid4().hex, prompt_ids=ids,
+                                                            sampling_params=sampling_params)
                 reply_ids = list(output.token_ids)[:budget - len(mask)]
                 reply_logprobs = list(output.log_probs or [0.0] * len(reply_ids))[:len(reply_ids)]
                 chat.step(prefill + self.tokenizer.decode(reply_ids, skip_special_tokens=True))
