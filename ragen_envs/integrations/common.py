@@ -39,3 +39,10 @@ def feedback_text(tokenizer, messages: list[dict], reply_ids: list[int], prefill
 def prompt_text(tokenizer, messages: list[dict], prefill: str = "") -> str:
     """The first prompt as template text, ending with the generation prompt and ``prefill``."""
     return chat_encoding.render(tokenizer, messages, add_generation_prompt=True) + prefill
+
+
+def as_reply(text: str, prefill: str) -> str:
+    """A reply as this project's runner reads it: the prefill (``ChatEnvConfig.prefill``, ``<think>``)
+    followed by the generated text. For frameworks that render the chat themselves, whose prompt cannot
+    end with the prefill: a reply that opens with it already (the model wrote it) is taken as it is."""
+    return text if not prefill or text.lstrip().startswith(prefill) else prefill + text
