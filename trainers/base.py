@@ -139,7 +139,8 @@ class TrainerBase:
         warm = collate([Sample([eos] * 2, [0, 1], 0, 0, 0.0, True)], self.tokenizer.pad_token_id)
         self.train_scorer = distribute(self.scorer, self.model, self.world, self.sharded, self.device,
                                        lambda: self._token_outputs(self.scorer, warm),
-                                       some_unused=self.processor is not None)
+                                       some_unused=self.processor is not None, cpu_offload=cfg.fsdp_cpu_offload,
+                                       bf16=use_bf16(cfg.mixed_precision, self.device))
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.value_head is not None:
             critic = [p for p in [*self.value_head.parameters(),

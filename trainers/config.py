@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
@@ -96,6 +97,13 @@ class TrainerConfig:
     # CPUs with native bf16 (avx512_bf16 / amx), else fp32 (benchmarks/precision.py: without native bf16
     # a forward+backward ran 27x slower under bf16 autocast here)
     mixed_precision: Literal[PRECISIONS] = "auto"
+    # recompute each decoder layer's activations in the update's backward pass instead of keeping them (Hugging
+    # Face's gradient checkpointing, no KV cache): activation memory falls to about a layer's, for about one
+    # more forward pass of compute; the loss and gradients stay the same
+    gradient_checkpointing: bool = False
+    # with data_parallel="fsdp": the weight, gradient and optimizer-state shards live in CPU memory and each
+    # layer comes to the GPU for its pass (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU, slowly
+    fsdp_cpu_offload: bool = False
 
     # -- algorithm: advantage, clipping, KL, entropy ------------------------------------------
     # advantages: gae (a critic) | group (group-relative); None: the algorithm's (the table in trainers/config.py)
@@ -194,6 +202,9 @@ class TrainerConfig:
     eval_temperature: float = bounded(0.5, min=0)  # their sampling temperature (RAGEN's rollout.val_kwargs)
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
     logging_steps: int = bounded(1, min=0)  # print the metrics table every this many iterations
+    # "auto": TensorBoard logs in the run folder's tensorboard/ when the package is installed; "tensorboard":
+    # they are wanted, and a missing package is an error before anything loads (the tensorboard extra)
+    report_to: Literal["auto", "tensorboard"] = "auto"
     plot: bool = True  # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
     # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
     save_strategy: Literal["steps", "no"] = "steps"
@@ -219,6 +230,12 @@ class TrainerConfig:
         if not self.lora_target_modules.strip(" ,"):
             raise ValueError(f"lora_target_modules must be module names or 'all-linear', "
                              f"got {self.lora_target_modules!r}")
+        if self.report_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("report_to='tensorboard' (--report-to tensorboard): tensorboard is not installed; "
+                             "pip install tensorboard, or the extra: pip install -e \".[tensorboard]\"")
+        if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
+            raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
+                             "torchrun); without sharding there is nothing to offload")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
@@ -362,6 +379,9 @@ def organism_sft(env_ids=(), **fields) -> SFTConfig:
 # `make demo`): every layer trained, at a rate for its size, MI scored every iteration; about 10 s an
 # iteration on 2 CPU cores.
 PRESETS = ("ragen2-main", "cpu-quick", "organism")
+# ragen2-main's checkpoints: every 100 iterations as RAGEN's runs save (trainer.save_freq), the newest 2 kept
+# (one to resume and the one before it; a 3B model's checkpoint with its AdamW state is about 36 GB)
+RAGEN_SAVE_STEPS, RAGEN_SAVE_TOTAL_LIMIT = 100, 2
 ORGANISM_RL = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
 # RAGEN's validation (TrainerConfig's eval_* defaults) as rollout settings, for `ragen eval --preset`
 VALIDATION = {"ragen2-main": {"n_groups": TrainerConfig.eval_episodes, "group_size": 1, "seed": TrainerConfig.eval_seed,
@@ -379,7 +399,7 @@ def preset(name: str, env: str | None = None) -> dict:
     elif name == "ragen2-main":
         base = {"num_iterations": 400, "filter": "top_p", "filter_value": 0.9, "filter_prob_mode": "softmax",
                 "filter_metric": "std", "include_zero": True, "mini_batch_size": 32, "learning_rate": 1e-6,
-                "eval_steps": 10,
+                "eval_steps": 10, "save_steps": RAGEN_SAVE_STEPS, "save_total_limit": RAGEN_SAVE_TOTAL_LIMIT,
                 "rollout": {"n_groups": 8, "group_size": 16, "seed": 10000,
                             "chat": {"max_turns": 5, "max_actions_per_turn": 2},
                             "sampling": {"max_new_tokens": 400, "temperature": 1.0}}}

@@ -66,21 +66,29 @@ def broadcast(value, world: int):
     return box[0]
 
 
-def shard(root, model) -> None:
+def shard(root, model, cpu_offload: bool = False, bf16: bool = False) -> None:
     """FSDP2: each decoder layer of ``model``, then ``root`` (the module the update calls: the trainer's
     scorer, holding the model), sharded over the ranks with ``fully_shard``; the optimizer built
     afterwards holds only this rank's shard of every parameter and its state. The rest of the model
     (embeddings, final norm, a tied output layer) is the root's unit, so the update's forward, which
-    calls the model's trunk and output layer apart, still gathers and reduces it."""
-    from torch.distributed.fsdp import fully_shard
+    calls the model's trunk and output layer apart, still gathers and reduces it.
+    ``cpu_offload``: the shards, their gradients and optimizer state live in CPU memory (CPUOffloadPolicy).
+    ``bf16``: the gathered weights are bf16 (half the memory and all-gather traffic of fp32 ones) and
+    gradients are reduced in fp32 into the fp32 shards (MixedPrecisionPolicy)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         raise ValueError(f"data_parallel='fsdp' shards decoder layers (model.model.layers); "
                          f"{type(model).__name__} has none: use data_parallel='ddp'")
+    # pinned host memory speeds the copies to a GPU; without one there is nothing to pin
+    policies = {"offload_policy": CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload
+                else OffloadPolicy(),
+                "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                if bf16 else MixedPrecisionPolicy()}
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(root)
+        fully_shard(layer, **policies)
+    fully_shard(root, **policies)
 
 
 @contextmanager
@@ -107,7 +115,11 @@ def _full(value):
     """A DTensor's whole tensor (a collective: every rank calls it in the same order), on the CPU."""
     from torch.distributed.tensor import DTensor
 
-    return value.full_tensor().cpu() if isinstance(value, DTensor) else value
+    if not isinstance(value, DTensor):
+        return value
+    if value.device.type == "cpu" and torch.cuda.is_available():  # CPU-offloaded shards: NCCL gathers GPU tensors
+        value = value.to(torch.cuda.current_device())
+    return value.full_tensor().cpu()
 
 
 def full_weights(model, sharded: bool, merge: bool = True) -> dict:
@@ -136,18 +148,22 @@ def load_optimizer(optimizer, state: dict, sharded: bool) -> None:
 
         params = [p for group in optimizer.param_groups for p in group["params"]]
         state = {**state, "state": {
-            i: {k: distribute_tensor(v.to(params[i].device), params[i].device_mesh, params[i].placements)
+            # on the mesh's device (NCCL's are GPUs), then where the shard lives (the CPU under cpu_offload)
+            i: {k: distribute_tensor(v.to(params[i].device_mesh.device_type), params[i].device_mesh,
+                                     params[i].placements).to(params[i].device)
                 if isinstance(params[i], DTensor) and torch.is_tensor(v) and v.shape == params[i].shape else v
                 for k, v in entry.items()}
             for i, entry in state["state"].items()}}
     optimizer.load_state_dict(state)
 
 
-def distribute(scorer, model, world: int, sharded: bool, device, warm_up, some_unused: bool = False):
+def distribute(scorer, model, world: int, sharded: bool, device, warm_up, some_unused: bool = False,
+               cpu_offload: bool = False, bf16: bool = False):
     """The module the update calls: ``scorer`` itself (one process), DDP-wrapped, or sharded with FSDP2
-    (``shard``; ``warm_up()`` runs its first forward, which FSDP2 sets itself up on)."""
+    (``shard``, with its ``cpu_offload`` and ``bf16``; ``warm_up()`` runs its first forward, which FSDP2
+    sets itself up on)."""
     if sharded:
-        shard(scorer, model)
+        shard(scorer, model, cpu_offload, bf16)
         with torch.no_grad():
             warm_up()
         scorer.reshard()  # the root stays gathered after a forward; the optimizer must get its shards

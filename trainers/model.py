@@ -1,9 +1,10 @@
 """The model a trainer updates, set up the same way for RL (``Trainer``) and SFT (``warm_start``): the
 embedded default or a path or id loaded, fp32 master weights on the device, the bottom layers frozen
-(``freeze.py``); and whether its passes autocast to bf16."""
+(``freeze.py``); whether its passes autocast to bf16; and gradient checkpointing for the update."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -44,3 +45,35 @@ def use_bf16(setting: str, device: torch.device) -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@contextmanager
+def checkpointing(model, on: bool):
+    """With ``on``, the block's training-mode forwards keep only each decoder layer's input and recompute
+    the rest in the backward pass (Hugging Face's gradient checkpointing, non-reentrant: frozen layers,
+    DDP and FSDP2 need no special case) and build no KV cache. Switched on at the first such block and
+    left on (turning it off and on again adds an input hook each time); Hugging Face checkpoints only
+    training-mode passes with gradients, so rollouts and scoring are unchanged. A model without
+    checkpointing support is a ValueError."""
+    if not on:
+        yield
+        return
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(f"gradient_checkpointing: {type(model).__name__} does not support it (Hugging Face's "
+                         "supports_gradient_checkpointing is off); train without --gradient-checkpointing")
+    if not is_checkpointing(model):
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name; 4's is deprecated there
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    use_cache, config.use_cache = config.use_cache, False  # a cache would keep what checkpointing drops
+    try:
+        yield
+    finally:
+        config.use_cache = use_cache  # the checkpoint's config.json keeps the model's own setting
+
+
+def is_checkpointing(model) -> bool:
+    """Whether gradient checkpointing is on in any of ``model``'s layers."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())

@@ -54,6 +54,7 @@ from trainers.batch import Layout, collate, minibatches, trajectory_samples, upd
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, full_weights, gathered
 from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, scores_for, select
 from trainers.metrics import GROUP_RV_FILE, append_csv
+from trainers.model import checkpointing
 
 
 @dataclass
@@ -97,9 +98,13 @@ class Trainer(TrainerBase):
                 return metrics
         if len(batch.kept):
             self._phase("update")
-            metrics.update(self._timed(metrics, "update", self._update, batch.layout, batch.stats, batch.chosen,
-                                       advantages))
-            if self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights"):
+            syncs = self.rollout_policy is not self.policy and hasattr(self.rollout_policy, "load_weights")
+            if syncs and hasattr(self.rollout_policy, "sleep"):
+                self.rollout_policy.sleep()  # its GPU memory is the update's until load_weights wakes it
+            with checkpointing(self.model, cfg.gradient_checkpointing):
+                metrics.update(self._timed(metrics, "update", self._update, batch.layout, batch.stats, batch.chosen,
+                                           advantages))
+            if syncs:
                 self._timed(metrics, "sync", self.rollout_policy.load_weights, full_weights(self.model, self.sharded))
         metrics["time/iteration_s"] = time.perf_counter() - start
         for name in ("mi", "probe"):
