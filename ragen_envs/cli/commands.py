@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import math
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from ragen_envs import __version__
 from ragen_envs.agent import vision
 from ragen_envs.cli import args as cli_args
-from ragen_envs.agent.backends import PolicyConfig, make_policy
+from ragen_envs.agent.backends import PolicyConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.agent.threads import set_threads
 from ragen_envs.registry import (CLIENTS, ENVIRONMENTS, NOT_IN_CATALOGUE, markdown_table, missing_modules,
@@ -34,7 +35,7 @@ from ragen_envs.registry import (CLIENTS, ENVIRONMENTS, NOT_IN_CATALOGUE, markdo
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
 # out with vLLM, loading the new weights into it after each update).
 TRAIN_POLICY_FIELDS = {"model", "device", "threads"}
-ROLLOUT_POLICY_FIELDS = TRAIN_POLICY_FIELDS | {"backend"}
+ROLLOUT_POLICY_FIELDS = TRAIN_POLICY_FIELDS | {"backend", "vllm"}
 
 
 def parse_env_flags(values: list[str], groups: int) -> dict[str, int]:
@@ -136,13 +137,15 @@ def cmd_train(args) -> int:
         raise ValueError("ragen train rolls out in process: --backend transformers (default) or vllm; an "
                          "OpenAI server cannot load the trained weights")
     policy = cli_args.build(PolicyConfig, args, include=ROLLOUT_POLICY_FIELDS)
+    if policy.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("--backend vllm needs vLLM: pip install -e \".[gpu]\" (docs/gpu.md)")
     done = finished_iteration(config, policy.model)
     if done is not None:  # told before the model loads, as Trainer.train would after it
         print(nothing_to_train(config.output_dir, done, config.num_iterations))
         return 0
     set_threads(policy.threads)
     # A factory: the Trainer builds the vLLM engine only after its own checks have passed.
-    rollout_policy = (lambda: make_policy("vllm", policy.model)) if policy.backend == "vllm" else None
+    rollout_policy = policy.make if policy.backend == "vllm" else None
     trainer = Trainer(policy.model, mix, config, device=policy.device, rollout_policy=rollout_policy)
     trainer.train()
     if trainer.rank == 0 and trainer.plot_path:  # under torchrun, one process reports

