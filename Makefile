@@ -92,9 +92,11 @@ test-vllm: $(VLLM)
 # The adapters against the real frameworks (ragen_envs/integrations/), each in its own venv under
 # .venv-frameworks/ (their pins clash: verl wants transformers < 5.11, OpenRLHF == 5.15, verifiers 0.3
 # and 0.4 differ in API). tests/frameworks/<name>.txt lists what goes in, under constraints.txt (the
-# CPU torch); <name>-nodeps.txt what goes in without its dependencies; the project goes in with
-# --no-deps. A stamp per venv: rebuilt only when its lists or pyproject.toml change. TRL, SkyRL-gym
-# and OpenEnv install in .venv itself (their extras) and `make test` runs their tests there.
+# CPU torch); <name>-nodeps.txt what goes in without its dependencies; <name>-wheels.txt what is
+# downloaded into the venv's harness-wheels/ for a program the framework launches under uv (verifiers
+# 0.4's harness), so the tests need no network. The project goes in with --no-deps. A stamp per venv:
+# rebuilt only when its lists or pyproject.toml change. TRL, SkyRL-gym and OpenEnv install in .venv
+# itself (their extras) and `make test` runs their tests there.
 FRAMEWORKS_DIR := .venv-frameworks
 FRAMEWORKS := verl openrlhf verifiers verifiers_v1
 FRAMEWORK_STAMPS := $(FRAMEWORKS:%=$(FRAMEWORKS_DIR)/%/.installed)
@@ -106,11 +108,14 @@ $(FRAMEWORKS_DIR)/%/.installed: tests/frameworks/%.txt tests/frameworks/common.t
 	cd tests/frameworks && ../../$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile -c constraints.txt -r $*.txt
 	if [ -f tests/frameworks/$*-nodeps.txt ]; then $(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile \
 		--no-deps -c tests/frameworks/constraints.txt -r tests/frameworks/$*-nodeps.txt; fi
+	if [ -f tests/frameworks/$*-wheels.txt ]; then $(FRAMEWORKS_DIR)/$*/bin/python -m pip download -q \
+		-d $(FRAMEWORKS_DIR)/$*/harness-wheels -r tests/frameworks/$*-wheels.txt; fi
 	$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile --no-deps -e .
 	@# bytecode once (see $$(DEV)); template files that do not compile are expected
 	-$(FRAMEWORKS_DIR)/$*/bin/python -m compileall -q -j 0 $(FRAMEWORKS_DIR)/$*/lib >/dev/null 2>&1
 	touch $@
 $(FRAMEWORKS_DIR)/openrlhf/.installed: tests/frameworks/openrlhf-nodeps.txt
+$(FRAMEWORKS_DIR)/verifiers_v1/.installed: tests/frameworks/verifiers_v1-wheels.txt
 
 # Each framework's tests in its venv; RAGEN_FRAMEWORK makes a missing package fail there, not skip.
 # The tokenizer they use is the default model's, converted once by .venv (the cache `make test` fills).

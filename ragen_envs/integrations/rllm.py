@@ -7,9 +7,18 @@
 rLLM's agent keeps the chat history and formats it; this env parses each reply (``ChatEnv``: the
 ``<think>/<answer>`` format, the format penalty) and answers with the env's next user message.
 ``info`` carries ``instructions`` at reset (the system prompt ``ChatEnv`` would show), and
-``success``, ``actions`` and ``format_ok`` after each step. Written against ``rllm.environments.base``
-(``BaseEnv``: ``reset``, ``step``, ``close``, ``from_dict``, ``is_multithread_safe``); rLLM is not on
-this machine's package index, so the tests use a faithful reading of that interface.
+``success``, ``actions`` and ``format_ok`` after each step.
+
+rLLM's agent renders the chat itself, so the prompt cannot end with the reply's prefill (``<think>``,
+``ChatEnvConfig.prefill``) as this project's runner ends it: a reply is read as the prefill followed by
+the reply, unless the reply opens with the prefill already. What the env's reward becomes: each
+step's ``reward`` is that turn's reward (env rewards plus the format penalty); they sum to the
+episode's return.
+
+Written against ``rllm.environments.base`` (``BaseEnv``: ``reset``, ``step``, ``close``,
+``from_dict``, ``is_multithread_safe``). rLLM is not on this machine's package index, so it is the one
+adapter still tested against a reading of that interface (tests/integrations/test_integrations.py),
+not the real package.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+from ragen_envs.integrations.common import as_reply
 
 try:
     from rllm.environments.base.base_env import BaseEnv
@@ -35,7 +45,7 @@ class RagenEnv(BaseEnv):
 
     def step(self, action: Any) -> tuple[str, float, bool, dict[str, Any]]:
         text = action if isinstance(action, str) else getattr(action, "action", str(action))
-        record = self.chat.step(text)
+        record = self.chat.step(as_reply(text, self.chat.config.prefill))
         observation = "" if self.chat.done else self.chat.messages[-1]["content"]
         return observation, float(record.reward), self.chat.done, {
             "success": self.chat.success, "actions": list(record.actions), "format_ok": record.format_ok}

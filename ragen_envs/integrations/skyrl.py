@@ -10,6 +10,14 @@ SkyRL builds one env per sample with the dataset row as ``extras``; the row name
 prompt (system and user messages), ``step(reply)`` plays the reply through ``ChatEnv`` (parsing,
 format penalty, feedback) and returns the next user message, the turn's reward and ``done``; the
 episode's outcome is in the metadata and ``get_metrics``.
+
+SkyRL renders the chat itself, so the prompt cannot end with the reply's prefill (``<think>``,
+``ChatEnvConfig.prefill``) as this project's runner ends it: a reply is read as the prefill followed by
+the reply, unless the reply opens with the prefill already.
+
+What the env's reward becomes: each step's ``reward`` is that turn's reward (env rewards plus the
+format penalty), which SkyRL credits to that turn's response; over the episode they sum to its
+return. ``turns`` counts the model's replies, as ``BaseTextEnv`` counts them against ``max_turns``.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
-from ragen_envs.integrations.common import seed_rows
+from ragen_envs.integrations.common import as_reply, seed_rows
 
 try:
     import skyrl_gym
@@ -44,13 +52,14 @@ class RagenTextEnv(BaseTextEnv):
         chat = ChatEnvConfig(**dict(_get(env_config, "chat") or {}))
         self.chat = ChatEnv(self.env_id, chat, **dict(_get(env_config, "env_kwargs") or {}))
         self.max_turns = chat.max_turns
+        self.prefill = chat.prefill
 
     def init(self, prompt):
         """The env's own first prompt for the row's seed (the dataset's prompt is the same text)."""
         return [dict(m) for m in self.chat.reset(seed=self.seed)], {"env_id": self.env_id, "seed": self.seed}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
-        record = self.chat.step(action)
+        record = self.chat.step(as_reply(action, self.prefill))
         self.turns += 1
         done = self.chat.done
         observations = [] if done else [dict(self.chat.messages[-1])]
