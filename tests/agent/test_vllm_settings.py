@@ -80,15 +80,17 @@ def test_the_defaults_leave_the_trainer_room_and_match_the_flags():
     assert cli_args.build(PolicyConfig, args).vllm == config  # no flag: the dataclass's defaults
 
 
-def test_the_engine_gets_the_flags_and_json_arguments_under_torchrun_on_a_gpu():
+def test_the_engine_gets_the_flags_and_json_arguments_under_torchrun_on_a_gpu(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
     config = VLLMConfig(gpu_memory_utilization=0.5, max_model_len=8192, sleep_level=2,
                         engine_args={"enforce_eager": True, "dtype": "float16"})
-    kwargs = backend.engine_kwargs("/m", config, cuda=True, world=4, seed=3)
+    kwargs = backend.engine_kwargs("/m", config, cuda=True, world=4)
     assert kwargs["gpu_memory_utilization"] == 0.5 and kwargs["max_model_len"] == 8192
     assert kwargs["enable_sleep_mode"] is True and kwargs["enforce_eager"] is True
-    assert kwargs["dtype"] == "float16" and kwargs["seed"] == 3  # the JSON over the backend's own defaults
-    # each torchrun rank its own engine, in the trainer's process group, on its own GPU
-    assert kwargs["distributed_executor_backend"] == "external_launcher"
+    assert kwargs["dtype"] == "float16"  # the JSON over the backend's own defaults
+    # each torchrun rank its own engine, in the trainer's process group, on its own GPU, with its own seed
+    assert kwargs["distributed_executor_backend"] == "external_launcher" and kwargs["seed"] == 3
+    assert backend.engine_kwargs("/m", config, cuda=True, world=4, seed=7)["seed"] == 7  # a Python caller's
     assert "distributed_executor_backend" not in backend.engine_kwargs("/m", config, cuda=True, world=1)
     assert backend.engine_kwargs("/m", VLLMConfig(sleep_level=0), cuda=True, world=1)["enable_sleep_mode"] is False
 

