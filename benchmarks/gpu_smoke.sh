@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The first thing to run on a GPU machine (docs/gpu.md): one short GRPO iteration on Sokoban with each
-# rollout backend (transformers, vLLM) on one GPU, then data-parallel (DDP) and sharded (FSDP2) under
-# torchrun when there are two GPUs or more. Prints, per case, whether it ran, its wall seconds and the
+# rollout backend (transformers, vLLM) on one GPU, and with gradient checkpointing and bf16; then
+# data-parallel (DDP, with vLLM too) and sharded (FSDP2, and with CPU offload) under torchrun when there
+# are two GPUs or more. Prints, per case, whether it ran, its wall seconds and the
 # trainer's own phase times (rollout, MI, update, weight sync) from the run's metrics.jsonl.
 #
 #   bash benchmarks/gpu_smoke.sh                      # Qwen2.5-0.5B-Instruct, every case this machine can run
@@ -60,16 +61,24 @@ run_case() {  # run_case NAME COMMAND...: runs it with its log in OUT/NAME, prin
 }
 
 run_case transformers-1gpu "$PYTHON" -m ragen_envs.cli train "${SHAPE[@]}" --device cuda
-if "$PYTHON" -c "import vllm" 2>/dev/null; then
+run_case checkpointing-1gpu "$PYTHON" -m ragen_envs.cli train "${SHAPE[@]}" --device cuda \
+  --gradient-checkpointing --mixed-precision bf16
+VLLM=0
+"$PYTHON" -c "import vllm" 2>/dev/null && VLLM=1
+if [ "$VLLM" = 1 ]; then  # the engine's defaults: 0.3 of the GPU, asleep during the update
   run_case vllm-1gpu "$PYTHON" -m ragen_envs.cli train "${SHAPE[@]}" --device cuda --backend vllm
 else
-  printf '%-22s %-8s\n' vllm-1gpu skipped "(vllm is not installed: pip install vllm)"
+  printf '%-22s %-8s\n' vllm-1gpu skipped "(vllm is not installed: pip install -e \".[gpu]\")"
 fi
 if [ "$GPUS" -ge 2 ]; then
+  TORCHRUN=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$GPUS" -m ragen_envs.cli train
+            "${SHAPE[@]}" --device cuda)
   for mode in ddp fsdp; do
-    run_case "$mode-${GPUS}gpu" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$GPUS" \
-      -m ragen_envs.cli train "${SHAPE[@]}" --device cuda --data-parallel "$mode"
+    run_case "$mode-${GPUS}gpu" "${TORCHRUN[@]}" --data-parallel "$mode"
   done
+  run_case "fsdp-offload-${GPUS}gpu" "${TORCHRUN[@]}" --data-parallel fsdp --fsdp-cpu-offload
+  # an engine per rank, each on its rank's GPU
+  [ "$VLLM" = 1 ] && run_case "vllm-ddp-${GPUS}gpu" "${TORCHRUN[@]}" --data-parallel ddp --backend vllm
 else
   printf '%-22s %-8s\n' "ddp, fsdp" skipped "(one GPU: they need two or more)"
 fi
