@@ -19,7 +19,11 @@ the KV cache kept across turns), each sample drawing its own transitions, and re
 - ``env_mask``: 1 on reply tokens, 0 on env tokens (TRL leaves them out of the loss);
 - ``logprobs``: each reply token's sampling log-probability (0.0 on env tokens);
 - ``env_reward``, ``success``: the episode's return (format penalties included) and outcome, which
-  TRL hands to the reward functions; ``env_reward`` (below) returns the former.
+  TRL hands to the reward functions; ``env_reward`` (below) returns the former, so the env's return is
+  the sample's reward GRPO normalises within its group.
+
+The episodes are this project's ``RolloutRunner``'s, so its conventions hold as they are: each prompt
+ends with the reply's prefill (``<think>``, ``ChatEnvConfig.prefill``), masked as env tokens.
 
 An episode whose prompt outgrew the context (old turns dropped) is cut where the chain broke: the
 completion ends with the last reply that still extends the first prompt.
