@@ -1,6 +1,6 @@
 """The memory levers for large models, on CPU: gradient checkpointing (the same gradients, layers
 recomputed), FSDP2's CPU offload and bf16 gathering (the policies reach fully_shard; a gloo run with
-offload trains like DDP), and the checks on their settings."""
+offload and checkpointing trains like DDP), and the checks on their settings."""
 
 import pytest
 import torch
@@ -113,13 +113,14 @@ def test_asking_for_tensorboard_without_it_is_one_line_before_any_model_loads(tm
     assert TrainerConfig().report_to == "auto"  # by default it is used where installed, and never required
 
 
-def test_fsdp_with_cpu_offload_trains_like_ddp(tmp_path):
+def test_fsdp_with_cpu_offload_and_gradient_checkpointing_trains_like_ddp(tmp_path):
     """Two gloo ranks: FSDP2 with its shards offloaded (to the CPU they are on already: the policy's
-    code path, not its memory saving) gets DDP's gradients at every step."""
+    code path, not its memory saving) and its layers checkpointed gets DDP's gradients at every step."""
     from tests.trainers.test_distributed import _spawn
 
     settings = {"filter": "top_p", "filter_value": 0.9, "save_strategy": "no"}
     ddp = _spawn(tmp_path / "ddp", settings, "ddp")
-    offloaded = _spawn(tmp_path / "offload", {**settings, "fsdp_cpu_offload": True}, "fsdp")
+    offloaded = _spawn(tmp_path / "offload", {**settings, "fsdp_cpu_offload": True, "gradient_checkpointing": True},
+                       "fsdp")
     assert_same_gradients(ddp[0]["grads"], offloaded[0]["grads"])
     assert_same_gradients(ddp[0]["grads"], offloaded[1]["grads"])
