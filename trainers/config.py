@@ -98,8 +98,8 @@ class TrainerConfig:
     # a forward+backward ran 27x slower under bf16 autocast here)
     mixed_precision: Literal[PRECISIONS] = "auto"
     # recompute each decoder layer's activations in the update's backward pass instead of keeping them (Hugging
-    # Face's gradient checkpointing, no KV cache): activation memory falls to about a layer's, for about one
-    # more forward pass of compute; the loss and gradients stay the same
+    # Face's gradient checkpointing, no KV cache): only the layers' inputs stay, for about one more forward
+    # pass of compute; the loss and gradients stay the same
     gradient_checkpointing: bool = False
     # with data_parallel="fsdp": the weight, gradient and optimizer-state shards live in CPU memory and each
     # layer comes to the GPU for its pass (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU, slowly
