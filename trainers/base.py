@@ -22,6 +22,7 @@ from ragen_envs.agent.baseline import play_held_out, summarise_held_out
 from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import NO_MODEL, check_envs
+from ragen_envs.agent.trajectory import save_jsonl
 from ragen_envs.registry import env_for
 from trainers import checkpoint, lora, mi, run_folder
 from trainers.batch import Sample, collate
@@ -157,6 +158,8 @@ class TrainerBase:
             self._load_checkpoint(resume, resume_state)
         self.plot_path: Path | None = None
         self._bar = None  # train()'s progress bar (rank 0)
+        self._progress_of = ("", 0.0)  # the long phase the bar shows steps of, and when it began
+        self.unsaved_rollouts = None  # this iteration's trajectories, when rollouts/ is to keep them
         # Only rank 0 writes metrics and checkpoints. A probe alone leaves the run's record and metrics be.
         probe_only = cfg.exit_after_gradient_analysis
         self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) \
@@ -219,6 +222,9 @@ class TrainerBase:
             for callback in self.callbacks:
                 callback.on_iteration_end(self, self.iteration, metrics)
             self._log(metrics, print_row=bool(cfg.logging_steps) and self.iteration % cfg.logging_steps == 0)
+            if self.unsaved_rollouts is not None:  # only now: an interrupted iteration leaves no file
+                save_jsonl(self.unsaved_rollouts, self.output_dir / "rollouts" / f"iteration-{self.iteration}.jsonl")
+                self.unsaved_rollouts = None
             self._phase("done" if self.iteration == cfg.num_iterations else "next")
             if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
                 self.save_checkpoint()  # on every rank: a sharded model is gathered first; rank 0 writes
@@ -263,6 +269,16 @@ class TrainerBase:
     def _phase(self, phase: str, **more) -> None:
         if self._bar is not None:
             self._bar(self.iteration, phase=phase, **more)
+
+    def _progress(self, phase: str, done: int, total: int) -> None:
+        """Progress inside a long phase (``done`` of ``total`` steps; 0 starts its clock), with an
+        estimate of the time it has left, so a bar that stands still for minutes still moves."""
+        now = time.perf_counter()
+        if done == 0 or self._progress_of[0] != phase:
+            self._progress_of = (phase, now)
+        elapsed = now - self._progress_of[1]
+        left = {"left": f"{elapsed / done * (total - done):.0f}s"} if done else {}
+        self._phase(phase, step=f"{done}/{total}", **left)
 
     def iteration_step(self) -> dict:
         """One iteration; its metrics. The algorithm's part."""

@@ -120,6 +120,7 @@ class MetricsLogger:
             append_jsonl(self.dir / "metrics.abandoned.jsonl", abandoned)
             self._write_all()
         trim_csv(self.dir / GROUP_RV_FILE, keep_iterations)  # the iterations trained again
+        set_aside_rollouts(self.dir / "rollouts", keep_iterations)
         self._printed_header = False
         self._tb = None
         try:
@@ -187,6 +188,15 @@ def append_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
         f.flush()
         os.fsync(f.fileno())
+
+
+def set_aside_rollouts(folder: Path, keep_iterations: int) -> None:
+    """Move the saved rollouts of iterations after ``keep_iterations`` (trained again on resume) to
+    ``abandoned/``, beside the abandoned metrics: kept, but never read as the run's."""
+    for path in folder.glob("iteration-*.jsonl") if folder.is_dir() else ():
+        if int(path.stem.split("-")[1]) > keep_iterations:
+            (folder / "abandoned").mkdir(exist_ok=True)
+            path.replace(folder / "abandoned" / path.name)
 
 
 def trim_csv(path: Path, keep_iterations: int) -> None:

@@ -144,7 +144,7 @@ class MIZScoreEMA:
         self.sigma = state["sigma"]
 
 
-def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[int]]]):
+def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[int]]], progress=None):
     """Score every reasoning under every prompt: returns (loglik, lengths) for ``mi_metrics``.
 
     ``prompts[i]`` is X_i (token ids; a ``TokenPrompt`` with images), ``reasonings[i][k]`` the ids of
@@ -152,7 +152,7 @@ def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[in
     and rows are padded with empty (length-0) entries so the array stays rectangular. Each distinct
     prompt is scored once against all distinct reasonings with ``policy.score``, which computes the
     prompt's prefix once (and, in the transformers backend, only what it does not share with the prompt
-    scored before it).
+    scored before it). ``progress(done, total)``, if given, hears of each column before it is scored.
     """
     columns: dict[tuple, list[list[int]]] = {}
     shown: dict[tuple, list] = {}  # a column's images
@@ -171,7 +171,9 @@ def cross_loglik(policy, prompts: list[list[int]], reasonings: list[list[list[in
     loglik = np.zeros((len(keys), width, len(keys)))
     # In sorted order, prompts that share a prefix come one after another: the backend reuses it.
     try:
-        for j in sorted(range(len(keys)), key=lambda j: keys[j]):
+        for n, j in enumerate(sorted(range(len(keys)), key=lambda j: keys[j])):
+            if progress is not None:
+                progress(n, len(keys))
             prompt = TokenPrompt(keys[j][0], shown[keys[j]])
             sums = [s.sum() for s in policy.score(prompt, [list(z) for z in unique])]
             loglik[:, :, j] = np.array([sums[where[z]] for z in flat]).reshape(len(keys), width)
@@ -222,11 +224,15 @@ def trajectory_pairs(trajectories, draws: int, rng) -> list[tuple[list[int], lis
 
 
 def diagnostics(policy, trajectories, first_pairs: int, trajectory_draws: int, rng, emas: dict,
-                through_think) -> dict[str, float]:
+                through_think, progress=None) -> dict[str, float]:
     """Both scopes' proxies of a batch, each in both families: ``mi/`` (the paper's formulas) and
     ``mi_code/`` (the released code's), ``mi_traj/`` and ``mi_traj_code/`` for the trajectory scope.
     ``emas``: scope name ("first", "first_code", "traj", "traj_code") -> ``MIZScoreEMA``;
-    ``through_think``: a first-turn prompt -> its ids up to and including <think>."""
+    ``through_think``: a first-turn prompt -> its ids up to and including <think>; ``progress(scope,
+    done, total)``, if given, hears of each prompt column scored ("first turn", then "trajectory")."""
+    def told(scope: str):
+        return None if progress is None else lambda done, total: progress(scope, done, total)
+
     out = {f"mi/{k}": v for k, v in reasoning_stats(trajectories).items()}
 
     def families(prefix: str, scope: str, loglik, lengths) -> None:
@@ -239,10 +245,10 @@ def diagnostics(policy, trajectories, first_pairs: int, trajectory_draws: int, r
     if len(by_group) > 1:
         prompts = [through_think(TokenPrompt(turns[0].prompt_ids, turns[0].images)) for turns in by_group.values()]
         reasonings = [[turn.reasoning_ids for turn in turns] for turns in by_group.values()]
-        families("mi", "first", *cross_loglik(policy, prompts, reasonings))
+        families("mi", "first", *cross_loglik(policy, prompts, reasonings, told("first turn")))
     pairs = trajectory_pairs(trajectories, trajectory_draws, rng)
     if len(pairs) > 1:
-        loglik, lengths = cross_loglik(policy, [x for x, _ in pairs], [[z] for _, z in pairs])
+        loglik, lengths = cross_loglik(policy, [x for x, _ in pairs], [[z] for _, z in pairs], told("trajectory"))
         if loglik.shape[0] > 1:
             families("mi_traj", "traj", loglik, lengths)
     return out

@@ -46,7 +46,7 @@ import torch
 from ragen_envs.agent.async_rollout import make_runner
 from ragen_envs.agent.backends.base import TokenPrompt
 from ragen_envs.agent.baseline import random_success
-from ragen_envs.agent.trajectory import rollout_metrics, save_jsonl
+from ragen_envs.agent.trajectory import rollout_metrics
 from trainers import algorithms as alg
 from trainers import gradient_probe, mi, rewards
 from trainers.base import TrainerBase
@@ -205,7 +205,7 @@ class Trainer(TrainerBase):
         # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
         if self.rank == 0 and every and (n % every == 0 or n == cfg.num_iterations) \
                 and not cfg.exit_after_gradient_analysis:
-            save_jsonl(trajectories, self.output_dir / "rollouts" / f"iteration-{n}.jsonl")
+            self.unsaved_rollouts = trajectories  # written when the iteration has finished (train())
         return trajectories
 
     def mi_due(self) -> bool:
@@ -220,7 +220,9 @@ class Trainer(TrainerBase):
         rng = random.Random(cfg.rollout.seed * 1_000_003 + self.iteration)
         with gathered(self.scorer, self.sharded):
             return mi.diagnostics(self.policy, trajectories, cfg.mi_first_turn_pairs, cfg.mi_trajectory_pairs, rng,
-                                  self.mi_emas, self._through_think)
+                                  self.mi_emas, self._through_think,
+                                  progress=lambda scope, done, total: self._progress(
+                                      f"MI scoring: {scope} column", done, total))
 
     def _through_think(self, prompt: TokenPrompt) -> TokenPrompt:
         """A first-turn prompt up to and including <think> (already there when the prompt prefills it)."""
@@ -236,7 +238,9 @@ class Trainer(TrainerBase):
         stats: list[dict | None] = [None] * len(layout.batches)
         if self.config.filter_metric not in REWARD_METRICS + ("length",) or not sampler_entropy:
             with gathered(self.scorer, self.sharded):
-                stats = [self._old_stats(b) for b in layout.batches]
+                for b, micro in enumerate(layout.batches):
+                    self._progress("no-grad pass: micro-batch", b, len(layout.batches))
+                    stats[b] = self._old_stats(micro)
         if sampler_entropy:
             count = sum(len(turn.entropies) for turn in turns)
             metrics["policy/token_entropy"] = sum(sum(turn.entropies) for turn in turns) / count if count else 0.0
@@ -375,9 +379,13 @@ class Trainer(TrainerBase):
         # The policy and the critic clip their gradients apart, as verl's actor and critic do.
         policy_params, *critic_params = [group["params"] for group in self.optimizer.param_groups]
         steps = []  # per optimizer step: the loss parts summed over its micro-batches
+        done = 0
         for _ in range(cfg.ppo_epochs):
             order = [chosen[j] for j in torch.randperm(len(chosen), generator=shuffle).tolist()]
-            for minibatch in self._minibatches(order, shuffle):
+            batches = self._minibatches(order, shuffle)
+            for minibatch in batches:
+                self._progress("update: minibatch", done, cfg.ppo_epochs * len(batches))
+                done += 1
                 step = self._backward(minibatch, layout, stats, advantages)
                 if step is None:
                     continue

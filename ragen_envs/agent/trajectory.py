@@ -149,11 +149,14 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
 
 
 def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
+    """Write ``trajectories`` a line each; a file interrupted mid-write never takes the name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
         for t in trajectories:
             f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+    tmp.replace(path)
 
 
 def load_jsonl(path: str | Path) -> list[Trajectory]:

@@ -85,13 +85,38 @@ def test_iterations_are_the_total_and_a_finished_run_has_nothing_to_do(tokenizer
 
 
 def test_resuming_an_older_checkpoint_keeps_the_later_records_aside(tokenizer, tmp_path):
-    cfg = config(tmp_path, num_iterations=3, save_steps=1)
+    cfg = config(tmp_path, num_iterations=3, save_steps=1, save_rollouts_steps=1)
     trainer(tokenizer, cfg).train()
     run = tmp_path / "run"
-    trainer(tokenizer, replace(cfg, resume_from_checkpoint=str(run / "checkpoint-1"))).train()
+    resumed = trainer(tokenizer, replace(cfg, resume_from_checkpoint=str(run / "checkpoint-1")))
+    # before training again, the later iterations' rollouts no longer read as the run's
+    assert sorted(p.name for p in (run / "rollouts").glob("*.jsonl")) == ["iteration-1.jsonl"]
+    resumed.train()
     assert iterations(run) == [1, 2, 3]
     abandoned = [json.loads(line)["iteration"] for line in (run / "metrics.abandoned.jsonl").read_text().splitlines()]
     assert abandoned == [2, 3]
+    assert sorted(p.name for p in (run / "rollouts" / "abandoned").iterdir()) == ["iteration-2.jsonl",
+                                                                                  "iteration-3.jsonl"]
+    assert sorted(p.name for p in (run / "rollouts").glob("*.jsonl")) == [f"iteration-{n}.jsonl" for n in (1, 2, 3)]
+
+
+def test_an_interrupted_iteration_leaves_no_files_that_read_as_finished(tokenizer, tmp_path, monkeypatch):
+    # Ctrl-C in iteration 2's update: its rollouts were collected, but the iteration never finished
+    from trainers import Trainer
+
+    cfg = config(tmp_path, num_iterations=3, save_rollouts_steps=1)
+    run, real = tmp_path / "run", Trainer._update
+
+    def interrupted(self, *args):
+        if self.iteration == 1:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(Trainer, "_update", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        trainer(tokenizer, cfg).train()
+    assert iterations(run) == [1]
+    assert [p.name for p in (run / "rollouts").iterdir()] == ["iteration-1.jsonl"]
 
 
 @pytest.fixture(scope="module")

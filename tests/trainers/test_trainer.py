@@ -394,3 +394,30 @@ def test_the_critics_values_stay_fp32_under_bf16_autocast(tokenizer, tmp_path):
     batch = collate(trajectory_samples(trainer.runner.collect()[0], 0)[:1], tokenizer.pad_token_id)
     logp, entropy, values = trainer._token_outputs(trainer.scorer, batch)
     assert values.dtype == torch.float32 and torch.isfinite(values).all()
+
+
+def test_the_bar_moves_inside_long_phases(tokenizer, tmp_path, monkeypatch):
+    # the update's minibatches, the no-grad pass's micro-batches and MI's prompt columns are each shown
+    # as done/total with an estimate of the time left (a bar once stood at phase=update for 16 minutes)
+    shown = []
+
+    def bar(total, unit, desc=None):
+        update = lambda iteration, **postfix: shown.append(postfix)  # noqa: E731
+        update.print = print
+        return update
+
+    monkeypatch.setattr("trainers.base.progress.bar", bar)
+    cfg = config(tmp_path, filter="top_p", mini_batch_size=4, ppo_epochs=2, filter_metric="entropy")
+    Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer)).train()
+
+    def steps(phase):
+        return [s["step"] for s in shown if s["phase"] == phase]
+
+    updates = steps("update: minibatch")
+    total = int(updates[0].split("/")[1])
+    assert total >= 2 and updates == [f"{k}/{total}" for k in range(total)]  # ppo_epochs x minibatches
+    assert all("left" in s for s in shown if s["phase"] == "update: minibatch" and s["step"] != f"0/{total}")
+    micro = steps("no-grad pass: micro-batch")
+    assert micro and micro[0].startswith("0/") and len(micro) == int(micro[0].split("/")[1])
+    columns = steps("MI scoring: first turn column")
+    assert columns and len(columns) == int(columns[0].split("/")[1]) >= 2
