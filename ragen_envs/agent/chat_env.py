@@ -85,6 +85,8 @@ class ChatEnv:
         self.env_id = env if isinstance(env, str) else self.env.spec.id if self.env.spec else type(env).__name__
         self.config = config or ChatEnvConfig()
         served = getattr(self.env.unwrapped, "env_id", None)  # the env a remote client plays
+        # how tables name it: a remote client by the env it plays, not by the client's own id
+        self.label = f"{served} (via {self.env_id})" if isinstance(served, str) else self.env_id
         entry = ENVIRONMENTS.get(served if isinstance(served, str) else self.env_id)
         own = entry.max_tokens if entry is not None and self.config.length_line == "env" else None
         self.max_response_tokens = own or max_response_tokens  # said in each turn's prompt when known

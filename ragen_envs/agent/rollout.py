@@ -275,6 +275,10 @@ class RolloutRunner:
                           for env_id in self.group_envs for _ in range(g)]
         return self._envs
 
+    def labels(self) -> dict[str, str]:
+        """Each env id of the mix as tables name it (``ChatEnv.label``: a remote client by its served env)."""
+        return {env.env_id: env.label for env in self._make_envs()}
+
     def collect(self, progress: Callable[[int, int], None] | None = None,
                 seeds: list[int] | None = None) -> list[Trajectory]:
         """One batch: P x G trajectories, ordered by group. ``progress(turn, active)`` is called

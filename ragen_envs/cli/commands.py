@@ -61,9 +61,10 @@ COLUMNS = [("episodes", "episodes"), ("success", "success"), ("random", "random_
            ("response_tokens", "response_length")]
 
 
-def per_env_metrics(trajectories, chat) -> dict[str, dict[str, float]]:
-    """Per env: the rollout summary (success rate, mean return, format validity, turns, tokens), and the
-    success of random valid actions on the same episodes (nan for open-text envs)."""
+def per_env_metrics(trajectories, chat, labels: dict[str, str] | None = None) -> dict[str, dict[str, float]]:
+    """Per env (named by ``labels`` where given): the rollout summary (success rate, mean return, format
+    validity, turns, tokens), and the success of random valid actions on the same episodes (nan for
+    open-text envs)."""
     from ragen_envs.agent.baseline import random_success
     from ragen_envs.agent.trajectory import rollout_metrics
 
@@ -71,17 +72,19 @@ def per_env_metrics(trajectories, chat) -> dict[str, dict[str, float]]:
     by_env = defaultdict(list)
     for t in trajectories:
         by_env[t.env_id].append(t)
-    return {env_id: {**rollout_metrics(trajs), "random_success": chance.get(env_id, float("nan"))}
+    return {(labels or {}).get(env_id, env_id): {**rollout_metrics(trajs),
+                                                 "random_success": chance.get(env_id, float("nan"))}
             for env_id, trajs in by_env.items()}
 
 
 def print_table(table: dict[str, dict[str, float]]) -> None:
     """One row per env; "-" where a value does not exist (random actions on an open-text env)."""
-    print(f"{'env':28s}" + "".join(f"{header:>16s}" for header, _ in COLUMNS))
+    width = max([28, *(len(name) + 1 for name in table)])
+    print(f"{'env':{width}s}" + "".join(f"{header:>16s}" for header, _ in COLUMNS))
     for env_id, row in table.items():
         cells = [f"{row[key]:16d}" if key == "episodes" else f"{'-':>16s}" if math.isnan(row[key])
                  else f"{row[key]:16.3f}" for _, key in COLUMNS]
-        print(f"{env_id:28s}" + "".join(cells))
+        print(f"{env_id:{width}s}" + "".join(cells))
 
 
 def cmd_list(args) -> int:
@@ -117,7 +120,7 @@ def cmd_eval(args) -> int:
     bar = progress.bar(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
     bar(config.chat.max_turns, active=0)
-    print_table(per_env_metrics(trajectories, config.chat))
+    print_table(per_env_metrics(trajectories, config.chat, runner.labels()))
     if args.save:
         save_or_keep(partial(save_jsonl, trajectories), args.save, "the trajectories")
         print(f"trajectories saved to {args.save}")

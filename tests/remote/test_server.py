@@ -135,6 +135,15 @@ def test_the_runner_and_chat_env_take_a_remote_env_by_id(live, tokenizer):
     chat.env.close()
 
 
+def test_an_eval_table_names_the_served_env_not_the_client(live, tokenizer):
+    from ragen_envs.cli.commands import per_env_metrics
+
+    config = RolloutConfig(n_groups=1, group_size=2, seed=5, env_kwargs={"url": live.url, "env_id": DEFAULT})
+    runner = RolloutRunner(REMOTE_ID, ScriptedPolicy(tokenizer, REPLIES), config)
+    assert runner.labels() == {REMOTE_ID: f"{DEFAULT} (via {REMOTE_ID})"}
+    assert list(per_env_metrics(runner.collect(), config.chat, runner.labels())) == [f"{DEFAULT} (via {REMOTE_ID})"]
+
+
 def test_openenvs_own_client_drives_the_server(live):
     from openenv.core.generic_client import GenericEnvClient
 
