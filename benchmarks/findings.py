@@ -68,10 +68,10 @@ ORGANISM_EPISODES, ORGANISM_SEEDS = 256, 3
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="10-27 minutes on 2 CPU cores")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 2 iterations of 2 x 4 per cell, 1 seed")
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<script>[-quick])")
     p.add_argument("--model", default=None,
-                   help="model to train (default: the embedded model warm-started on FrozenLakeCoord oracles)")
+                   help="model to train (default: the demo env's model organism, built on first use)")
     p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
                    help="rollout backend (vllm: the trainer trains with transformers and syncs weights)")
     p.add_argument("--device", default=None, help="training device (default: cuda when available)")
@@ -263,6 +263,14 @@ def t_interval(values) -> tuple[float, float, float]:
     df = len(values) - 1
     half = (T975[df - 1] if df <= len(T975) else 1.96 + 2.4 / df) * values.std(ddof=1) / np.sqrt(len(values))
     return float(values.mean()), float(values.mean() - half), float(values.mean() + half)
+
+
+def interval_text(mean: float, low: float, high: float, runs: int, digits: int = 3) -> str:
+    """``+0.012 [-0.004, +0.025] over 3 seeds``; with one seed there is no interval, and it says so
+    (never ``[+nan, +nan]``)."""
+    if runs < 2 or low != low:
+        return f"{mean:+.{digits}f} ({runs} seed: no interval)"
+    return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}] over {runs} seeds"
 
 
 def run_summary(history: list[dict]) -> dict:

@@ -1,15 +1,15 @@
 """FrozenLake slip sweep: does SNR-aware filtering help less as the environment gets noisier?
 
 Cells: slip in {0, 0.2, 0.5, 0.8, 1.0} x filter {none, top_p 0.9} x seeds, each a GRPO run on
-``Ragen/FrozenLakeCoord-v0`` from the warm-started model. Per cell: the final held-out success (greedy,
+``Ragen/FrozenLakeCoord-v0`` from the demo env's model organism (``--model`` for another model). Per cell: the final held-out success (greedy,
 with the untrained start's and random valid actions' success on the same episodes), Retrieval-Acc against
 its chance level, the MI z-score EMA, the conditional entropy and the mean kept ratio.
 
 The paper's prediction: return and MI fall as slip rises, and the filter's benefit fades at 80-100 %
 slip (reward variance then comes from the dice, not from the prompt).
 
-    python benchmarks/frozenlake_slip_sweep.py --quick     # 10-27 minutes on 2 CPU cores
-    python benchmarks/frozenlake_slip_sweep.py             # the full default: a few hours
+    python benchmarks/frozenlake_slip_sweep.py --quick     # a few minutes: 2 iterations of 2 x 4 a cell, 1 seed
+    python benchmarks/frozenlake_slip_sweep.py             # the organism preset, 3 seeds: many hours
 Outputs (CSV, JSON, PNG, per-cell results; the proxies over iterations in curves.csv and curves.png) go
 to benchmarks/results/frozenlake_slip_sweep[-quick]/.
 """
@@ -85,8 +85,9 @@ def curves(out, rows) -> None:
         ax.set_title(title)
         ax.set_xlabel("iteration")
     axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"Slip sweep over iterations (solid: no filter, dashed: top-p; means over seeds and {SMOOTH} "
-                 f"iterations, {len(runs)} runs)")
+    seeds = len({r["seed"] for r in rows})
+    fig.suptitle(f"Slip sweep over iterations (solid: no filter, dashed: top-p; "
+                 f"{'1 seed' if seeds == 1 else f'means over {seeds} seeds'} and {SMOOTH} iterations, {len(runs)} runs)")
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=100)
 
@@ -113,13 +114,16 @@ def plot(out, rows, gain) -> None:
     by_slip = [g for g in gain if g["slip"] in SLIPS]
     mean = np.array([g["gain"] for g in by_slip])
     spread = np.nan_to_num([[g["gain"] - g["low"] for g in by_slip], [g["high"] - g["gain"] for g in by_slip]])
-    axes[3].errorbar(SLIPS, mean, yerr=spread, marker="o", capsize=3, label="top-p - none (95 % over seeds)")
+    seeds = len({r["seed"] for r in rows})
+    axes[3].errorbar(SLIPS, mean, yerr=spread, marker="o", capsize=3,
+                     label="top-p - none (1 seed: no interval)" if seeds < 2 else
+                     f"top-p - none (95 % over {seeds} seeds)")
     axes[3].axhline(0, color="k", linestyle="--", linewidth=0.8)
     axes[3].set_xlabel("slip")
     axes[3].set_title("filter gain in held-out success")
     for ax in axes:
         ax.legend(fontsize=8)
-    fig.suptitle(f"FrozenLakeCoord slip sweep ({len(rows)} runs)")
+    fig.suptitle(f"FrozenLakeCoord slip sweep ({len(rows)} runs{', 1 seed' if seeds < 2 else ''})")
     fig.tight_layout()
     fig.savefig(out / "slip_sweep.png", dpi=110)
 
@@ -138,7 +142,7 @@ def main() -> None:
     (out / "gains.json").write_text(json.dumps(gain, indent=2) + "\n")
     print("\nTop-p minus no filter, held-out success (95 % t interval over seeds):")
     for g in gain:
-        print(f"  slip {g['slip']!s:>10}: {g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] over {g['seeds']} seeds")
+        print(f"  slip {g['slip']!s:>10}: {findings.interval_text(g['gain'], g['low'], g['high'], g['seeds'])}")
     plot(out, rows, gain)
     curves(out, rows)
 

@@ -211,8 +211,8 @@ def main() -> None:
               f"random valid actions {last['val_random_success']:.3f}")
         if name in lift:
             g = lift[name]
-            print(f"  lift {g['lift']:+.3f}, 95 % t interval over {len(g['per_seed'])} seeds "
-                  f"[{g['low']:+.3f}, {g['high']:+.3f}]")
+            print(f"  lift {findings.interval_text(g['lift'], g['low'], g['high'], len(g['per_seed']))} "
+                  "(95 % t interval)")
     print(f"results in {out}")
 
 

@@ -17,6 +17,11 @@ import findings  # noqa: E402
 from conftest import SMOKE, SMOKE_KWARGS  # noqa: E402
 
 
+def test_an_interval_of_one_seed_says_so_instead_of_nan():
+    assert findings.interval_text(0.1, float("nan"), float("nan"), 1) == "+0.100 (1 seed: no interval)"
+    assert findings.interval_text(*findings.t_interval([0.1, 0.2, 0.3]), 3) == "+0.200 [-0.048, +0.448] over 3 seeds"
+
+
 def test_spearman_is_a_rank_correlation_with_ties():
     assert collapse_diagnostics.spearman([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)
     assert collapse_diagnostics.spearman([1, 2, 3, 4], [9, 4, 1, 0]) == pytest.approx(-1.0)
