@@ -37,7 +37,7 @@ class TurnRecord:
     reasoning: str | None  # the text inside <think>...</think>
     actions: list[str]  # actions played this turn (valid ones, in order)
     invalid_actions: list[str]  # parsed but rejected by the env
-    format_ok: bool
+    format_ok: bool  # the required tags and at least one action the env took (the template's placeholder is none)
     reward: float  # env rewards of the played actions, plus the format penalty if any
     env_steps: int
 
@@ -163,7 +163,8 @@ class ChatEnv:
             if rejected:
                 feedback += prompts.FEEDBACK_SOME_INVALID.format(actions=", ".join(map(repr, rejected)))
         record = TurnRecord(response=response, reasoning=parsed.reasoning, actions=played,
-                            invalid_actions=rejected, format_ok=parsed.format_ok, reward=reward, env_steps=steps)
+                            invalid_actions=rejected, format_ok=parsed.format_ok and bool(played), reward=reward,
+                            env_steps=steps)
         self.turns.append(record)
         self.episode_return += reward
         self.messages.append({"role": "assistant", "content": response})

@@ -48,15 +48,17 @@ def test_invalid_reply_costs_the_penalty_and_does_not_step():
     assert chat.env.unwrapped.grid_text() == state and chat.env.unwrapped._elapsed_steps == 0
     assert "Your last reply was invalid" in chat.messages[-1]["content"]
     record = chat.step("<think>x</think><answer>jump || fly</answer>")
-    assert record.reward == -0.5 and record.invalid_actions == ["jump", "fly"]
+    assert record.reward == -0.5 and record.invalid_actions == ["jump", "fly"] and not record.format_ok
     assert "no valid action among 'jump', 'fly'" in chat.messages[-1]["content"]
+    # the template's own placeholder has the tags but no action: not format-valid (format_valid's definition)
+    assert not chat.step("<think>x</think><answer> Your action(s) </answer>").format_ok
 
 
 def test_some_invalid_actions_are_reported_and_skipped():
     chat = sokoban_chat()
     chat.reset(seed=0)
     record = chat.step("<think>x</think><answer>fly || Up</answer>")
-    assert record.actions == ["Up"] and record.invalid_actions == ["fly"]
+    assert record.actions == ["Up"] and record.invalid_actions == ["fly"] and record.format_ok
     assert "Ignored invalid actions: 'fly'" in chat.messages[-1]["content"]
 
 
