@@ -118,6 +118,7 @@ $(FRAMEWORKS_DIR)/openrlhf/.installed: tests/frameworks/openrlhf-nodeps.txt
 $(FRAMEWORKS_DIR)/verifiers_v1/.installed: tests/frameworks/verifiers_v1-wheels.txt
 
 # Each framework's tests in its venv; RAGEN_FRAMEWORK makes a missing package fail there, not skip.
+# Measured on 2 shared cores: 501 s with the four venvs to build (a warm pip cache), 62 s built.
 # The tokenizer they use is the default model's, converted once by .venv (the cache `make test` fills).
 test-frameworks: $(DEV) $(FRAMEWORK_STAMPS)
 	$(PY) -c "from ragen_envs.agent.default_model import default_model_path; default_model_path()"
