@@ -18,15 +18,16 @@ verl = require("verl")
 class ScriptedServer:
     """LLMServerClient.generate's signature; each call answers with the next scripted generation + EOS."""
 
-    def __init__(self, tokenizer, generations: dict[int, list[str]]):
+    def __init__(self, tokenizer, generations: dict[int, list[str]], first_prompts: dict[int, list[int]]):
         from verl.workers.rollout.replica import TokenOutput
 
         self.TokenOutput, self.tokenizer, self.generations = TokenOutput, tokenizer, generations
+        self.first_prompts = first_prompts  # an episode is known by its first prompt, which names its board
         self.prompts: dict[int, list[list[int]]] = {seed: [] for seed in generations}
 
     async def generate(self, request_id, *, prompt_ids: list[int], sampling_params: dict, image_data=None,
                        video_data=None, audio_data=None, mm_processor_kwargs=None, **kwargs):
-        seed = next(s for s, p in self.prompts.items() if not p or prompt_ids[:len(p[0])] == p[0])
+        seed = next(s for s, first in self.first_prompts.items() if prompt_ids[:len(first)] == first)
         self.prompts[seed].append(list(prompt_ids))
         text = self.generations[seed][len(self.prompts[seed]) - 1]
         ids = chat_encoding.tokenize(self.tokenizer, text) + [self.tokenizer.eos_token_id]
@@ -46,7 +47,8 @@ def verl_config():
             "data.max_prompt_length=1024", "data.max_response_length=2048"])
 
 
-def test_verl_agent_loop_worker_plays_the_episodes(verl_config, tmp_path):
+@pytest.mark.parametrize("prefill_think", [True, False], ids=["prefilled", "no-prefill"])
+def test_verl_agent_loop_worker_plays_the_episodes(verl_config, tmp_path, monkeypatch, prefill_think):
     import datasets
     from torch.utils.data import DataLoader
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -54,6 +56,12 @@ def test_verl_agent_loop_worker_plays_the_episodes(verl_config, tmp_path):
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
     import ragen_envs.integrations.verl as ragen_verl  # registers "ragen_agent"
+    from ragen_envs.agent import ChatEnvConfig
+
+    # The prefill follows the loop's ChatEnvConfig, as RolloutRunner's follows its config; without it
+    # the model writes the opening <think> itself.
+    monkeypatch.setattr(ragen_verl.RagenAgentLoop, "chat_config", ChatEnvConfig(prefill_think=prefill_think))
+    prefill = PREFILL if prefill_think else ""
 
     rows = ragen_verl.dataset_rows(ENV, 3)[1:]
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "train.parquet"))
@@ -61,13 +69,15 @@ def test_verl_agent_loop_worker_plays_the_episodes(verl_config, tmp_path):
     tokenizer = worker.tokenizer
     dataset = RLHFDataset(str(tmp_path / "train.parquet"), tokenizer, verl_config.data)
     batch = DataProto.from_single_dict(next(iter(DataLoader(dataset, batch_size=2, collate_fn=collate_fn))))
-    generations = {seed: scripted_generations(seed) for seed in (1, 2)}
-    worker.llm_client = server = ScriptedServer(tokenizer, generations)
+    generations = {seed: [PREFILL[len(prefill):] + g for g in scripted_generations(seed)] for seed in (1, 2)}
+    first_prompts = {seed: chat_encoding.encode_chat(tokenizer, local_episode(seed, []).messages)
+                     + chat_encoding.tokenize(tokenizer, prefill) for seed in (1, 2)}
+    worker.llm_client = server = ScriptedServer(tokenizer, generations, first_prompts)
     out = asyncio.run(worker.generate_sequences(batch))
 
     prompt_width = out.batch["prompts"].shape[1]
     for i, seed in enumerate((1, 2)):
-        chat = local_episode(seed, generations[seed])
+        chat = local_episode(seed, generations[seed], prefill)
         assert chat.success and server.prompts[seed], "the scripted episode is won through verl's worker"
         attention = out.batch["attention_mask"][i]
         prompt = out.batch["prompts"][i][attention[:prompt_width].bool()].tolist()
@@ -82,9 +92,8 @@ def test_verl_agent_loop_worker_plays_the_episodes(verl_config, tmp_path):
         assert out.non_tensor_batch["success"][i] is True
         # verl counts user and assistant messages, not the system prompt.
         assert out.non_tensor_batch["__num_turns__"][i] == len(chat.messages) - 1 == 2 * len(generations[seed])
-        # The first prompt is the env's, ending with the prefill, as this project's runner prompts.
-        assert prompt == chat_encoding.encode_chat(tokenizer, chat.messages[:2]) + chat_encoding.tokenize(
-            tokenizer, PREFILL)
+        # The first prompt is the env's, ending with the prefill (if any), as this project's runner prompts.
+        assert prompt == first_prompts[seed]
         # Each server prompt is the sequence so far: prompt, replies and env tokens, one token sequence.
         for p in server.prompts[seed]:
             assert p == (prompt + response)[:len(p)]
@@ -100,5 +109,5 @@ def test_verl_agent_loop_worker_plays_the_episodes(verl_config, tmp_path):
         env_text = tokenizer.decode([t for t, m in zip(response, mask) if not m])
         # every env message ends in the generation prompt and the prefill, which the next reply continues
         first = [chat_encoding.render(tokenizer, chat.messages[:2], g) for g in (False, True)]
-        opening = first[1][len(first[0]):] + PREFILL
+        opening = first[1][len(first[0]):] + prefill
         assert env_text.count(opening) == len(generations[seed]) - 1 and "the oracle says" not in env_text
