@@ -115,6 +115,12 @@ class LLMEnv(gym.Env):
         """Why ``oracle_action()`` here, in a sentence or two about the current state; None: no words."""
         return None
 
+    def facts(self) -> dict[str, str]:
+        """What a reasoning about the current observation should get right, each in the words of
+        ``oracle_reasoning`` (name -> phrase, e.g. "position": "I am at (2, 3)"); the grounding metric
+        counts the phrases a reasoning states. Empty where the env has no facts to check."""
+        return {}
+
     def end_reason(self) -> str | None:
         """Why the episode is over, in words a viewer shows ("fell into a hole at (2, 1)"); None while it
         is not over or where the env has no words beyond success."""

@@ -49,6 +49,10 @@ METRICS = [
            "Retrieval", True),
     Metric("mi/retrieval_chance", "chance", "1/P, what retrieval scores when Z ignores X", "",
            "Retrieval"),
+    Metric("rollout/grounding", "grounded", "share of the env's state facts (its oracle's own phrases: the "
+           "player's position, the goal, the boxes) that the turns' reasonings state; envs with such facts only",
+           "can stay low while Retrieval-Acc is high: reasonings that differ by input need not be right",
+           "Retrieval", True),
     Metric("mi_traj/retrieval_acc", "ret_traj", "retrieval accuracy on one random turn per trajectory",
            "falls to chance", "Retrieval"),
     Metric("mi/mi_est", "MI", "estimate of I(X;Z) per token: mean log p(Z|own X) minus mean log of "

@@ -31,6 +31,15 @@ from ragen_envs.base import check_choices, check_positive_int, observation_text
 from ragen_envs.registry import ENVIRONMENTS
 
 
+def grounding(facts: dict[str, str], reasoning: str | None) -> float | None:
+    """The share of ``facts`` (the env's phrases) that ``reasoning`` states, spaces and case aside; None
+    without facts. Input dependence (the MI proxies) is not correctness: this checks what is said."""
+    if not facts:
+        return None
+    said = "".join((reasoning or "").split()).lower()
+    return sum("".join(phrase.split()).lower() in said for phrase in facts.values()) / len(facts)
+
+
 @dataclass
 class TurnRecord:
     response: str  # the model's reply, as generated
@@ -40,6 +49,7 @@ class TurnRecord:
     format_ok: bool  # the required tags and at least one action the env took (the template's placeholder is none)
     reward: float  # env rewards of the played actions, plus the format penalty if any
     env_steps: int
+    grounded: float | None = None  # share of the env's facts (LLMEnv.facts) the reasoning states; None: no facts
 
 
 @dataclass
@@ -97,6 +107,8 @@ class ChatEnv:
         except AttributeError as error:
             raise TypeError(f"ChatEnv needs an env with the ragen_envs.base.LLMEnv surface (instructions, "
                             f"valid_actions, parse_action); {self.env_id}: {error}") from None
+        # the state facts a reasoning should get right (LLMEnv.facts); none from an env without them
+        self._facts = getattr(self.env.unwrapped, "facts", dict)
         # Open-text tasks take the whole answer as one action.
         self.max_actions = self.config.max_actions_per_turn if self.valid_actions else 1
         self.messages: list[dict] = []
@@ -133,6 +145,7 @@ class ChatEnv:
             raise RuntimeError("the episode is over: call reset()")
         c = self.config
         parsed = parse_response(response, self.max_actions, c.enable_think, split=bool(self.valid_actions))
+        grounded = grounding(self._facts(), parsed.reasoning)  # of the state the reply was about
         played, rejected, reward, steps = [], [], 0.0, 0
         obs = None
         for action in parsed.actions:
@@ -164,7 +177,7 @@ class ChatEnv:
                 feedback += prompts.FEEDBACK_SOME_INVALID.format(actions=", ".join(map(repr, rejected)))
         record = TurnRecord(response=response, reasoning=parsed.reasoning, actions=played,
                             invalid_actions=rejected, format_ok=parsed.format_ok and bool(played), reward=reward,
-                            env_steps=steps)
+                            env_steps=steps, grounded=grounded)
         self.turns.append(record)
         self.episode_return += reward
         self.messages.append({"role": "assistant", "content": response})

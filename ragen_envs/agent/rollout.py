@@ -225,7 +225,7 @@ class Episode:
             response=reply, reasoning=record.reasoning, actions=record.actions,
             reward=record.reward, format_ok=record.format_ok, finish_reason=gen.finish_reason,
             think_start=start, think_end=end, messages_dropped=self.dropped,
-            entropies=gen.entropies, images=prompt.images))
+            entropies=gen.entropies, images=prompt.images, grounded=record.grounded))
         if self.env.done:
             return
         messages = self.env.messages

@@ -33,6 +33,7 @@ class Turn:
     messages_dropped: int = 0  # oldest messages left out of this prompt to fit the context (0: none)
     entropies: list[float] | None = None  # sampling entropy per generated token (None: not reported)
     images: list = field(default_factory=list)  # the images prompt_ids' placeholders stand for, in order
+    grounded: float | None = None  # share of the env's state facts its reasoning states (None: no facts)
 
     @property
     def reasoning_ids(self) -> list[int]:
@@ -133,11 +134,13 @@ class Trajectory:
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Episodes, success rate, return mean and std, format validity, turns and response tokens per turn."""
+    """Episodes, success rate, return mean and std, format validity, turns and response tokens per turn;
+    grounding (the share of state facts the turns' reasonings state) where the envs have facts."""
     n = len(trajectories)
     returns = [t.episode_return for t in trajectories]
     mean = sum(returns) / n
-    return {
+    grounded = [turn.grounded for t in trajectories for turn in t.turns if turn.grounded is not None]
+    return {**({"grounding": sum(grounded) / len(grounded)} if grounded else {}),
         "episodes": n,
         "success": sum(t.success for t in trajectories) / n,
         "return_mean": mean,

@@ -227,7 +227,7 @@ class FrozenLakeEnv(GridEnv):
         action = self.oracle_action()
         if action is None:
             return None
-        (r, c), (gr, gc) = self._player, self._goal
+        (r, c) = self._player
         dr, dc = DIRECTIONS[action]
         nr, nc = r + dr, c + dc
         near = [(r + a, c + b) for a, b in DIRECTIONS.values()
@@ -237,8 +237,12 @@ class FrozenLakeEnv(GridEnv):
         path = self.shortest_path()
         left = f" {len(path)} move{'s' if len(path) > 1 else ''} to go." if path else ""
         slip = " The ice is slippery, so I keep away from holes." if self.slip else ""
-        return (f"I am at ({r}, {c}) and the goal is at ({gr}, {gc}).{holes} {action} takes me to "
-                f"{target}.{left}{slip}")
+        facts = self.facts()
+        return f"{facts['position']} and {facts['goal']}.{holes} {action} takes me to {target}.{left}{slip}"
+
+    def facts(self) -> dict[str, str]:
+        (r, c), (gr, gc) = self._player, self._goal
+        return {"position": f"I am at ({r}, {c})", "goal": f"the goal is at ({gr}, {gc})"}
 
     # -- views -----------------------------------------------------------------------------------
     def _tile_codes(self) -> np.ndarray:

@@ -201,20 +201,24 @@ class SokobanEnv(GridEnv):
         plan = self.solve()
         if not plan:
             return None
-        level = self._level
-
-        def at(flat):
-            return "(%d, %d)" % divmod(flat, level.cols)
-
+        at, cols = self._at, self._level.cols
         action = plan[0]
         dr, dc = DIRECTIONS[action]
-        dest = self._player + dr * level.cols + dc
-        boxes = ", ".join(at(b) for b in sorted(self._boxes))
-        targets = ", ".join(at(t) for t in sorted(level.targets))
-        effect = (f"pushes the box at {at(dest)} to {at(dest + dr * level.cols + dc)}" if dest in self._boxes
+        dest = self._player + dr * cols + dc
+        effect = (f"pushes the box at {at(dest)} to {at(dest + dr * cols + dc)}" if dest in self._boxes
                   else f"moves me to {at(dest)}")
-        return (f"I am at {at(self._player)}; boxes at {boxes}; targets at {targets}. {action} {effect}. "
+        facts = self.facts()
+        return (f"{facts['position']}; {facts['boxes']}; {facts['targets']}. {action} {effect}. "
                 f"{len(plan)} move{'s solve' if len(plan) > 1 else ' solves'} it.")
+
+    def facts(self) -> dict[str, str]:
+        at = self._at
+        return {"position": f"I am at {at(self._player)}",
+                "boxes": f"boxes at {', '.join(at(b) for b in sorted(self._boxes))}",
+                "targets": f"targets at {', '.join(at(t) for t in sorted(self._level.targets))}"}
+
+    def _at(self, flat: int) -> str:
+        return "(%d, %d)" % divmod(flat, self._level.cols)
 
     # -- views -----------------------------------------------------------------------------------
     def _tile_codes(self) -> np.ndarray:

@@ -357,3 +357,18 @@ def test_an_open_text_answer_is_stepped_whatever_it_says_and_only_a_missing_form
         chat.reset(seed=0)
         untagged = chat.step("no idea, sorry")
         assert untagged.env_steps == 0 and untagged.reward == -0.1, env_id
+
+
+def test_grounding_counts_the_state_facts_a_reasoning_states():
+    from ragen_envs.agent.chat_env import grounding
+
+    facts = {"position": "I am at (1, 2)", "goal": "the goal is at (3, 3)"}
+    assert grounding(facts, "I am at (1,2) and THE goal is at (3, 3).") == 1.0  # spaces and case aside
+    assert grounding(facts, "I am at (2, 1) and the goal is at (3, 3).") == 0.5  # the position is wrong
+    assert grounding(facts, None) == 0.0 and grounding({}, "anything") is None
+    chat = sokoban_chat()
+    chat.reset(seed=0)
+    env = chat.env.unwrapped
+    right = chat.step(f"<think>{env.oracle_reasoning()}</think><answer>{env.oracle_action()}</answer>")
+    assert right.grounded == 1.0
+    assert chat.step("<think>I am somewhere</think><answer>Up</answer>").grounded == 0.0

@@ -306,3 +306,20 @@ def test_ansi_render_is_the_text(any_env_id):
     obs, _ = env.reset(seed=0)
     # an env seen as an image still renders its text form for a terminal
     assert env.render() == (env.unwrapped.text_observation() if isinstance(obs, np.ndarray) else _text(obs))
+
+
+def test_the_oracles_reasoning_states_every_fact_the_env_checks(any_env_id):
+    # LLMEnv.facts are the oracle reasoning's own phrases: the grounding metric scores it 1 on every state
+    from ragen_envs.agent.chat_env import grounding
+
+    env = gym.make(any_env_id)
+    for seed in range(3):
+        env.reset(seed=seed)
+        for _ in range(3):
+            facts, reasoning, action = (env.get_wrapper_attr(name)() for name in
+                                        ("facts", "oracle_reasoning", "oracle_action"))
+            if not facts or reasoning is None or action is None:
+                break
+            assert grounding(facts, reasoning) == 1.0, (facts, reasoning)
+            if env.step(action)[2]:
+                break
