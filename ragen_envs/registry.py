@@ -117,7 +117,8 @@ CATALOGUE: list[EnvEntry] = [
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 5, "max_actions_per_turn": 1}},
                                       "env_kwargs": {"max_attempts": 1}}}, max_tokens=100, ragen_task="metamathqa"),
     EnvEntry("Ragen/Countdown-v0", "ragen_envs.countdown:CountdownEnv",
-             "reach the target with 3-4 numbers and + - * / in one expression; generated, always solvable",
+             "reach the target with 3-4 numbers in one expression (+ - * / allowed); the built-in tasks are "
+             "signed sums, as RAGEN's data",
              presets=ONE_REPLY, max_tokens=100, ragen_task="countdown"),
     # RAGEN's SearchQA (config/_9_search.yaml): 16 groups of 8, 5 replies of one action, 10 actions at most
     EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ragen_envs.data import hash_split
-from ragen_envs.searchqa.scoring import reward
+from ragen_envs.searchqa.scoring import normalise, reward
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,10 @@ def build() -> tuple[tuple[Passage, ...], tuple[Question, ...]]:
     unique = {q.question: q for q in questions}  # a repeated comparison pair is asked once
     # F1 partial credit (HotpotQA's, RAGEN's) would pay for echoing a question whose answer repeats its
     # words ("What is the capital of San Marino?" "City of San Marino"; a comparison of two long names):
-    # such questions are left out
-    kept = [q for q in unique.values() if reward(q.question, q.answer) == 0]
+    # such questions are left out; so are those that spell out their own answer ("...the province of
+    # Gaborone?" -> Gaborone, "...people of Germany" -> German), except comparisons, which name both options
+    kept = [q for q in unique.values() if reward(q.question, q.answer) == 0
+            and (q.kind == "comparison" or normalise(q.answer) not in normalise(q.question))]
     return tuple(passages), tuple(kept)
 
 

@@ -108,6 +108,10 @@ def test_builtin_questions_and_corpus():
     train, test = corpus.questions("train"), corpus.questions("test")
     assert len(test) > 200 and not {q.question for q in train} & {q.question for q in test}
     assert corpus.build() is corpus.build()
+    # no question spells out its own answer (comparisons name both options by design)
+    from ragen_envs.searchqa.scoring import normalise
+    assert not [q.question for q in questions
+                if q.kind != "comparison" and normalise(q.answer) in normalise(q.question)]
 
 
 def test_bm25_recall_at_3_on_single_hop_questions():
