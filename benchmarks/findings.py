@@ -7,8 +7,9 @@ Run again with another ``--val-episodes``, a finished cell is only evaluated aga
 checkpoint's weights (even with ``--finished-only``; trained again where the checkpoint is gone, but
 not with ``--finished-only``).
 The untrained model plays each seed's held-out episodes too (``start-seed<seed>/``), so every row has
-its run's lift over its start on the same maps. Every result records the cell's seed and full config;
-``config.json`` in the results folder records the script's arguments.
+its run's lift over its start on the same maps. Every result records the cell's seed, full config and the
+commit its code was loaded from (``commit()``); ``config.json`` in the results folder records the script's
+arguments and the commit too.
 
 Without ``--model`` the scripts train the demo env's model organism (``trainers/organism.py``: a
 0.6M-parameter decoder built on first use, about 3 minutes, then cached) at RAGEN's main-table scale
@@ -28,6 +29,7 @@ import functools
 import json
 import multiprocessing
 import os
+import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
@@ -40,6 +42,26 @@ from trainers.config import CPU_QUICK_CHAT, CPU_QUICK_TOKENS
 
 CELL_SAVE_STEPS = 5  # a cell's checkpoint interval: a stop loses at most this many iterations of it
 HELD_OUT_SEED = 100_000  # held-out env seeds start here; training seeds (from 0, or RAGEN's 10000) stay below
+
+@functools.cache
+def commit() -> str | None:
+    """The commit this process's code was loaded from: ``git rev-parse HEAD``, with ``+dirty`` where tracked
+    files differ from it (results and other untracked files do not count); None outside a git checkout.
+    Read once, at import (below), so a sweep whose cells are committed as they finish keeps its own."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return None
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                                 capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if changed.returncode != 0 or changed.stdout.strip() else "")
+
+
+commit()
+
 
 # The warm start every script starts from: `make demo`'s (SFTConfig's defaults on the demo env, in the
 # user cache), made on first use and then reused.
@@ -114,7 +136,7 @@ def results_folder(args, script: str, s: Scale | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.json"
     if not (getattr(args, "finished_only", False) and config.is_file()):  # a summary keeps the sweep's own record
-        record = {"script": script, **vars(args), "scale": asdict(s or scale(args))}
+        record = {"script": script, **vars(args), "scale": asdict(s or scale(args)), "commit": commit()}
         config.write_text(json.dumps(record, indent=2) + "\n")
     return out
 
@@ -333,7 +355,7 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     trainer.train()
     result = {"cell": name, "seed": seed, **run_summary(read_metrics(run)),
               **evaluate(trainer.policy, env, config.rollout.env_kwargs, s, seed, chat=config.rollout.chat),
-              "wall_s": time.perf_counter() - start, "resumed": resume, "config": config.to_dict()}
+              "wall_s": time.perf_counter() - start, "resumed": resume, "config": config.to_dict(), "commit": commit()}
     done.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -354,7 +376,7 @@ def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: 
         stored = json.loads(done.read_text())
         if all(stored.get(k) == v for k, v in episodes.items()):
             return stored
-    result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed, chat=chat)}
+    result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed, chat=chat), "commit": commit()}
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(result, indent=2) + "\n")
     return result

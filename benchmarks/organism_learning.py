@@ -72,7 +72,7 @@ def run_seed(out: Path, model: str, env: str, seed: int, args) -> dict:
     history = [{k: v for k, v in h.items() if k in KEPT or k.startswith("val/")} for h in trainer.train()]
     history[0].update(first)
     record = {"seed": seed, "model": model, "wall_s": time.perf_counter() - start, "config": config.to_dict(),
-              "history": history}
+              "commit": findings.commit(), "history": history}
     done.write_text(json.dumps(record) + "\n")
     return record
 
@@ -194,7 +194,7 @@ def main() -> None:
                                      h.get("val/greedy_success", "")])
     lift = lifts(records)
     (out / "results.json").write_text(json.dumps({"args": vars(args), "env": env, "model": model, "points": rows,
-                                                  "lifts": lift}, indent=2) + "\n")
+                                                  "lifts": lift, "commit": findings.commit()}, indent=2) + "\n")
     plot(out, records, rows, args.val_episodes, env)
     for _, name, label in SUCCESSES:
         if not all(name in r for r in rows):

@@ -45,7 +45,8 @@ def run(out: Path, model: str, env: str, name: str, args) -> dict:
     start = time.perf_counter()
     kept = {key for key, _ in CURVES} | {"iteration", "mi/retrieval_chance", "rollout/random_success"}
     history = [{k: v for k, v in h.items() if k in kept} for h in Trainer(model, env, config).train()]
-    record = {"filter": name, "wall_s": time.perf_counter() - start, "config": config.to_dict(), "history": history}
+    record = {"filter": name, "wall_s": time.perf_counter() - start, "config": config.to_dict(),
+              "commit": findings.commit(), "history": history}
     done.write_text(json.dumps(record) + "\n")
     return record
 
