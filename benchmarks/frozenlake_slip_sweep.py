@@ -1,9 +1,10 @@
 """FrozenLake slip sweep: does SNR-aware filtering help less as the environment gets noisier?
 
 Cells: slip in {0, 0.2, 0.5, 0.8, 1.0} x filter {none, top_p 0.9} x seeds, each a GRPO run on
-``Ragen/FrozenLakeCoord-v0`` from the demo env's model organism (``--model`` for another model). Per cell: the final held-out success (greedy,
-with the untrained start's and random valid actions' success on the same episodes), Retrieval-Acc against
-its chance level, the MI z-score EMA, the conditional entropy and the mean kept ratio.
+``Ragen/FrozenLakeCoord-v0`` from the demo env's model organism (``--model``: another model). Per cell: the
+final held-out success (greedy, with the untrained start's and random valid actions' success on the same
+episodes), Retrieval-Acc against its chance level, the MI z-score EMA, the conditional entropy and the
+mean kept ratio.
 
 The paper's prediction: return and MI fall as slip rises, and the filter's benefit fades at 80-100 %
 slip (reward variance then comes from the dice, not from the prompt).
@@ -86,8 +87,9 @@ def curves(out, rows) -> None:
         ax.set_xlabel("iteration")
     axes[0].legend(fontsize=7, ncol=2)
     seeds = len({r["seed"] for r in rows})
-    fig.suptitle(f"Slip sweep over iterations (solid: no filter, dashed: top-p; "
-                 f"{'1 seed' if seeds == 1 else f'means over {seeds} seeds'} and {SMOOTH} iterations, {len(runs)} runs)")
+    over = "1 seed" if seeds == 1 else f"means over {seeds} seeds"
+    fig.suptitle(f"Slip sweep over iterations (solid: no filter, dashed: top-p; {over} and {SMOOTH} iterations, "
+                 f"{len(runs)} runs)")
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=100)
 

@@ -140,7 +140,7 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     returns = [t.episode_return for t in trajectories]
     mean = sum(returns) / n
     grounded = [turn.grounded for t in trajectories for turn in t.turns if turn.grounded is not None]
-    return {**({"grounding": sum(grounded) / len(grounded)} if grounded else {}),
+    out = {
         "episodes": n,
         "success": sum(t.success for t in trajectories) / n,
         "return_mean": mean,
@@ -149,6 +149,9 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "turns": sum(t.num_turns for t in trajectories) / n,
         "response_length": sum(t.response_length for t in trajectories) / n,
     }
+    if grounded:
+        out["grounding"] = sum(grounded) / len(grounded)
+    return out
 
 
 def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:

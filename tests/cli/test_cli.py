@@ -104,8 +104,8 @@ def test_train_help_reads_in_groups(capsys):
     main(["train", "--help"])
     groups = [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith(" ")][1:]
     assert [g.split(":")[0].split(" (")[0] for g in groups] == [
-        "options", "model", "vllm", "run", "rollout", "chat", "sampling", "optimisation", "LoRA", "devices", "algorithm",
-        "filter", "RAGEN's reward and advantage options", "MI", "gradient probe", "validation", "output"]
+        "options", "model", "vllm", "run", "rollout", "chat", "sampling", "optimisation", "LoRA", "devices",
+        "algorithm", "filter", "RAGEN's reward and advantage options", "MI", "gradient probe", "validation", "output"]
 
 
 def _leaves(cls):
