@@ -162,8 +162,8 @@ class TrainerBase:
         self.unsaved_rollouts = None  # this iteration's trajectories, when rollouts/ is to keep them
         # Only rank 0 writes metrics and checkpoints. A probe alone leaves the run's record and metrics be.
         probe_only = cfg.exit_after_gradient_analysis
-        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration) \
-            if self.rank == 0 and not probe_only else None
+        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration, report_to=cfg.report_to,
+                                    run_config=self.record) if self.rank == 0 and not probe_only else None
         if self.rank == 0 and not probe_only:
             self.write_config()
 
@@ -238,6 +238,8 @@ class TrainerBase:
             self.save_checkpoint()
         if self.rank == 0 and cfg.plot:
             self.plot_path = plot_run(self.output_dir)
+        if self.logger is not None:
+            self.logger.close()
         return history
 
     def _log(self, metrics: dict, print_row: bool = True) -> dict:

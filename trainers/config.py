@@ -202,9 +202,10 @@ class TrainerConfig:
     eval_temperature: float = bounded(0.5, min=0)  # their sampling temperature (RAGEN's rollout.val_kwargs)
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
     logging_steps: int = bounded(1, min=0)  # print the metrics table every this many iterations
-    # "auto": TensorBoard logs in the run folder's tensorboard/ when the package is installed; "tensorboard":
-    # they are wanted, and a missing package is an error before anything loads (the tensorboard extra)
-    report_to: Literal["auto", "tensorboard"] = "auto"
+    # where metrics go beside metrics.jsonl/csv. "auto": TensorBoard (the run folder's tensorboard/) when
+    # installed; "tensorboard": it is wanted, a missing package is an error before anything loads; "wandb":
+    # Weights & Biases (trainers/tracking.py: metrics, config, an episode table), TensorBoard as under auto
+    report_to: Literal["auto", "tensorboard", "wandb"] = "auto"
     plot: bool = True  # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
     # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
     save_strategy: Literal["steps", "no"] = "steps"
@@ -233,6 +234,9 @@ class TrainerConfig:
         if self.report_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
             raise ValueError("report_to='tensorboard' (--report-to tensorboard): tensorboard is not installed; "
                              "pip install tensorboard, or the extra: pip install -e \".[tensorboard]\"")
+        if self.report_to == "wandb" and importlib.util.find_spec("wandb") is None:
+            raise ValueError("report_to='wandb' (--report-to wandb): wandb is not installed; "
+                             "pip install wandb, or the extra: pip install -e \".[wandb]\"")
         if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
             raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
                              "torchrun); without sharding there is nothing to offload")

@@ -1,5 +1,5 @@
-"""Per-iteration metrics: JSONL and CSV in the run folder, TensorBoard when installed, a printed
-table, and ``plot_run`` for ``ragen plot RUN_DIR``."""
+"""Per-iteration metrics: JSONL and CSV in the run folder, TensorBoard when installed, W&B when asked
+(``trainers.tracking``), a printed table, and ``plot_run`` for ``ragen plot RUN_DIR``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers.config import PROBE_TERMS
+from trainers.config import PROBE_TERMS, TrainerConfig
 from trainers.filtering import LOW_RV_RATIO
 
 
@@ -111,9 +111,12 @@ class MetricsLogger:
     finished after its last checkpoint, which the resumed run trains again) move to
     ``metrics.abandoned.jsonl``, so ``metrics.jsonl`` holds exactly one record per iteration and
     nothing is thrown away.
+
+    ``report_to``: TrainerConfig's; ``run_config``: the run's record (config.json), W&B's config.
     """
 
-    def __init__(self, output_dir: str | Path, keep_iterations: int = 0):
+    def __init__(self, output_dir: str | Path, keep_iterations: int = 0, report_to: str = TrainerConfig.report_to,
+                 run_config: dict | None = None):
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.dir / "metrics.jsonl"
@@ -126,13 +129,12 @@ class MetricsLogger:
         trim_csv(self.dir / GROUP_RV_FILE, keep_iterations)  # the iterations trained again
         set_aside_rollouts(self.dir / "rollouts", keep_iterations)
         self._printed_header = False
-        self._tb = None
-        try:
-            from torch.utils.tensorboard import SummaryWriter
+        self._tb = tensorboard_writer(self.dir, keep_iterations, report_to)
+        self.wandb = None
+        if report_to == "wandb":
+            from trainers.tracking import WandbRun
 
-            self._tb = SummaryWriter(str(self.dir / "tensorboard"), purge_step=keep_iterations + 1)
-        except Exception:  # tensorboard is optional
-            self._tb = None
+            self.wandb = WandbRun(self.dir, run_config)
 
     def log(self, metrics: dict) -> None:
         self.records.append(dict(metrics))
@@ -143,6 +145,19 @@ class MetricsLogger:
                 if isinstance(value, (int, float)) and key != "iteration":
                     self._tb.add_scalar(key, value, metrics["iteration"])
             self._tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(metrics)
+
+    def add_episodes(self, trajectories, iteration: int) -> None:
+        """The iteration's rollout, of which W&B's table gets a few episodes (nothing without W&B)."""
+        if self.wandb is not None:
+            self.wandb.add_episodes(trajectories, iteration)
+
+    def close(self) -> None:
+        """End the W&B run (the files stay open otherwise until the process exits)."""
+        if self.wandb is not None:
+            self.wandb.close()
+            self.wandb = None
 
     def _write_all(self) -> None:
         tmp = self.jsonl.with_suffix(".jsonl.tmp")
@@ -170,6 +185,24 @@ class MetricsLogger:
                          else f"{value:8.3f}")
         lines.append(" ".join(cells))
         return "\n".join(lines)
+
+
+def tensorboard_writer(run_dir: Path, keep_iterations: int, report_to: str = TrainerConfig.report_to):
+    """A SummaryWriter on the run folder's tensorboard/, or None when TensorBoard cannot be used (under
+    report_to='auto' saying so in one line; 'tensorboard' refuses to start without it, in TrainerConfig)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(run_dir / "tensorboard"), purge_step=keep_iterations + 1)
+    except Exception as e:
+        if report_to == "tensorboard":
+            raise  # asked for by name: a broken install is the run's error
+        if report_to == "auto":  # else W&B gets the metrics, and TensorBoard was only "where installed"
+            why = "TensorBoard is not installed" if isinstance(e, ImportError) else \
+                f"TensorBoard could not start ({type(e).__name__}: {e})"
+            print(f"{why}: metrics go to metrics.jsonl and metrics.csv only (TensorBoard: pip install -e "
+                  f"\".[tensorboard]\")", flush=True)
+        return None
 
 
 def append_jsonl(path: Path, records: list[dict]) -> None:

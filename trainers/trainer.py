@@ -201,6 +201,8 @@ class Trainer(TrainerBase):
         chance = random_success(trajectories, cfg.rollout.chat, cfg.rollout.seed + self.iteration)
         if chance:  # the chance level on the same episodes (envs with a finite action set)
             metrics["rollout/random_success"] = float(np.mean(list(chance.values())))
+        if self.logger is not None:
+            self.logger.add_episodes(trajectories, self.iteration + 1)
         n, every = self.iteration + 1, cfg.save_rollouts_steps
         # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
         if self.rank == 0 and every and (n % every == 0 or n == cfg.num_iterations) \

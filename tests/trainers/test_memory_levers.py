@@ -86,7 +86,7 @@ def test_the_trainer_passes_its_offload_and_precision_to_the_sharding(tokenizer,
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"fsdp_cpu_offload": True}, "needs data_parallel='fsdp'"),
-    ({"report_to": "wandb"}, "report_to must be one of"),
+    ({"report_to": "comet"}, "report_to must be one of"),
 ])
 def test_bad_lever_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
