@@ -115,6 +115,7 @@ $(FRAMEWORKS_DIR)/%/.installed: tests/frameworks/%.txt tests/frameworks/common.t
 	-$(FRAMEWORKS_DIR)/$*/bin/python -m compileall -q -j 0 $(FRAMEWORKS_DIR)/$*/lib >/dev/null 2>&1
 	touch $@
 $(FRAMEWORKS_DIR)/openrlhf/.installed: tests/frameworks/openrlhf-nodeps.txt
+$(FRAMEWORKS_DIR)/areal/.installed: tests/frameworks/areal-nodeps.txt
 $(FRAMEWORKS_DIR)/verifiers_v1/.installed: tests/frameworks/verifiers_v1-wheels.txt
 
 # Each framework's tests in its venv; RAGEN_FRAMEWORK makes a missing package fail there, not skip.
