@@ -58,7 +58,8 @@ class RagenWorkflow(RolloutWorkflow):
         tok, prefill, budget = self.tokenizer, self.chat_config.prefill, int(self.gconfig.max_tokens)
         chat = ChatEnv(data["env_id"], self.chat_config, **{**self.env_kwargs, **data.get("env_kwargs", {})})
         try:
-            seq = chat_encoding.encode_chat(tok, chat.reset(seed=data.get("seed"))) + chat_encoding.tokenize(tok, prefill)
+            seq = chat_encoding.encode_chat(tok, chat.reset(seed=data.get("seed")))
+            seq += chat_encoding.tokenize(tok, prefill)
             logprobs, loss_mask, versions = [0.0] * len(seq), [0] * len(seq), [-1] * len(seq)
             while not chat.done and len(seq) < budget:
                 resp = await engine.agenerate(ModelRequest(rid=uuid4().hex, input_ids=list(seq),

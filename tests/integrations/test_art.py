@@ -17,7 +17,8 @@ from ragen_envs.agent import chat_encoding
 from episodes import ENV, PREFILL, local_episode, require, scripted_generations
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # ART imports LiteLLM: no fetch of its price list
-art = require("art")
+require("art.trajectories")  # OpenPipe's art, not another package of that name
+import art  # noqa: E402
 
 LOST = "no format, again"  # the other episode of each group: never a valid reply
 
@@ -109,7 +110,8 @@ def test_art_gathers_and_tokenizes_the_groups(tokenizer, prefilled):
                 m["content"] for m in chat.messages if m["role"] != "assistant"]
             assert [m["content"] for m in messages if m["role"] == "assistant"] == replies[:len(chat.turns)]
             # each turn asked for the history so far (the first request, the bare prompt, is the group's)
-            later = [r for r in model.requests if len(r["messages"]) > 2 and r["messages"] == messages[:len(r["messages"])]]
+            later = [r for r in model.requests
+                     if len(r["messages"]) > 2 and r["messages"] == messages[:len(r["messages"])]]
             assert len(later) == len(chat.turns) - 1
             expected[seed, replies[0]] = (chat, replies[:len(chat.turns)])
     assert sorted(c.success for c, _ in expected.values()) == [False, False, True, True]

@@ -8,7 +8,8 @@ import pytest
 
 from episodes import ENV, PREFILL, local_episode, require, scripted_generations
 
-gem = require("gem")
+require("gem.envs.registration")  # gem-llm's gem, not another package of that name
+import gem  # noqa: E402
 
 
 def test_gem_make_vec_plays_the_episodes():
