@@ -42,7 +42,8 @@ try:
     from areal.api import ModelRequest, RolloutWorkflow
     from areal.utils import stats_tracker
 except ImportError:  # pragma: no cover - depends on the installed packages
-    raise ImportError("ragen_envs.integrations.areal needs AReaL: pip install areal") from None
+    raise ImportError("ragen_envs.integrations.areal needs AReaL: pip install areal (--no-deps beside a newer "
+                      "torch than it pins)") from None
 
 __all__ = ["RagenWorkflow", "dataset_rows"]
 
