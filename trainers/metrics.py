@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,7 +202,7 @@ def tensorboard_writer(run_dir: Path, keep_iterations: int, report_to: str = Tra
             why = "TensorBoard is not installed" if isinstance(e, ImportError) else \
                 f"TensorBoard could not start ({type(e).__name__}: {e})"
             print(f"{why}: metrics go to metrics.jsonl and metrics.csv only (TensorBoard: pip install -e "
-                  f"\".[tensorboard]\")", flush=True)
+                  f"\".[tensorboard]\")", file=sys.stderr, flush=True)  # stdout is the metrics table's
         return None
 
 
