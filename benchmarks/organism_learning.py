@@ -31,9 +31,9 @@ from ragen_envs.registry import env_for_task, ragen_tasks
 from trainers.metrics import pyplot, wilson
 
 # what a seed's record keeps of each iteration's metrics (the run folder's metrics.jsonl has them all)
-KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/response_length", "mi/retrieval_acc",
-        "mi/retrieval_chance", "mi/mi_est", "mi/conditional_entropy", "policy/token_entropy", "loss/approx_kl",
-        "loss/clip_frac", "filter/kept_ratio", "time/iteration_s")
+KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/response_length", "rollout/grounding",
+        "mi/retrieval_acc", "mi/retrieval_chance", "mi/mi_est", "mi/conditional_entropy", "policy/token_entropy",
+        "loss/approx_kl", "loss/clip_frac", "filter/kept_ratio", "time/iteration_s")
 
 
 class AtRolloutTemperature:
@@ -134,7 +134,8 @@ def plot(out: Path, records: list[dict], rows: list[dict], episodes: int, env: s
         if all(name in r for r in rows):
             ax.fill_between(x, [r[f"{prefix(name)}min"] for r in rows], [r[f"{prefix(name)}max"] for r in rows],
                             alpha=0.2)
-            ax.plot(x, [r[name] for r in rows], marker="o", label=f"{label}: mean of {len(records)} seeds, range")
+            over = "1 seed" if len(records) == 1 else f"mean of {len(records)} seeds, range"
+            ax.plot(x, [r[name] for r in rows], marker="o", label=f"{label}: {over}")
     ax.plot(x, [r["val_random_success"] for r in rows], "k--", label="random valid actions")
     ax.set_title(f"held-out success ({episodes} episodes a point)")
     for ax, key, title in ((axes[1], "rollout/success", "training success (on-policy, 128 episodes)"),
@@ -211,8 +212,8 @@ def main() -> None:
               f"random valid actions {last['val_random_success']:.3f}")
         if name in lift:
             g = lift[name]
-            print(f"  lift {findings.interval_text(g['lift'], g['low'], g['high'], len(g['per_seed']))} "
-                  "(95 % t interval)")
+            text = findings.interval_text(g["lift"], g["low"], g["high"], len(g["per_seed"]))
+            print(f"  lift (95 % t interval): {text}")
     print(f"results in {out}")
 
 
