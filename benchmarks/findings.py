@@ -43,6 +43,7 @@ from trainers.config import CPU_QUICK_CHAT, CPU_QUICK_TOKENS
 CELL_SAVE_STEPS = 5  # a cell's checkpoint interval: a stop loses at most this many iterations of it
 HELD_OUT_SEED = 100_000  # held-out env seeds start here; training seeds (from 0, or RAGEN's 10000) stay below
 
+
 @functools.cache
 def commit() -> str | None:
     """The commit this process's code was loaded from: ``git rev-parse HEAD``, with ``+dirty`` where tracked

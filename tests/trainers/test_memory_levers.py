@@ -93,26 +93,6 @@ def test_bad_lever_settings(kwargs, message):
         TrainerConfig(**kwargs)
 
 
-def test_asking_for_tensorboard_without_it_is_one_line_before_any_model_loads(tmp_path, capsys, monkeypatch):
-    import importlib.util
-
-    import transformers
-
-    from ragen_envs.cli import main
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
-
-    def no_loading(*args, **kwargs):
-        raise AssertionError("a model was loaded before the arguments were checked")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
-    assert main(["train", "--env", SMOKE, "--output-dir", str(tmp_path / "run"), "--report-to", "tensorboard"]) == 2
-    err = capsys.readouterr().err
-    assert "tensorboard is not installed" in err and "[tensorboard]" in err and "Traceback" not in err
-    assert TrainerConfig().report_to == "auto"  # by default it is used where installed, and never required
-
-
 def test_fsdp_with_cpu_offload_and_gradient_checkpointing_trains_like_ddp(tmp_path):
     """Two gloo ranks: FSDP2 with its shards offloaded (to the CPU they are on already: the policy's
     code path, not its memory saving) and its layers checkpointed gets DDP's gradients at every step."""

@@ -142,7 +142,8 @@ def test_episode_rows_split_each_episode_at_its_first_reply():
     assert len(episode_rows(episodes[:2], iteration=1, n=3)) == 2
 
 
-def test_asking_for_wandb_without_it_is_one_line_before_any_model_loads(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("tracker", ["wandb", "tensorboard"])
+def test_asking_for_a_tracker_without_it_is_one_line_before_any_model_loads(tracker, tmp_path, capsys, monkeypatch):
     import importlib.util
 
     import transformers
@@ -150,16 +151,17 @@ def test_asking_for_wandb_without_it_is_one_line_before_any_model_loads(tmp_path
     from ragen_envs.cli import main
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == tracker else real(name, *a))
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded before the arguments were checked")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
-    assert main(["train", "--env", SMOKE, "--output-dir", str(tmp_path / "run"), "--report-to", "wandb"]) == 2
+    assert main(["train", "--env", SMOKE, "--output-dir", str(tmp_path / "run"), "--report-to", tracker]) == 2
     err = capsys.readouterr().err
-    assert "wandb is not installed" in err and "[wandb]" in err and "Traceback" not in err
+    assert f"{tracker} is not installed" in err and f"[{tracker}]" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+    assert TrainerConfig().report_to == "auto"  # by default a tracker is used where installed, never required
 
 
 def test_auto_without_tensorboard_says_in_one_line_where_metrics_go(tmp_path, capsys, monkeypatch):
