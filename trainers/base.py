@@ -65,6 +65,9 @@ def check_held_out(cfg: TrainerConfig, groups: int, envs: int, world: int) -> No
                              f"move eval_seed or the rollout seed")
 
 
+PROGRESS_EVERY_S = 0.5  # inside a long phase, the bar moves at most this often
+
+
 class TrainerBase:
     """Args:
         model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default; a
@@ -158,7 +161,8 @@ class TrainerBase:
             self._load_checkpoint(resume, resume_state)
         self.plot_path: Path | None = None
         self._bar = None  # train()'s progress bar (rank 0)
-        self._progress_of = ("", 0.0)  # the long phase the bar shows steps of, and when it began
+        # the long phase the bar shows steps of, when it began and when the bar last showed it
+        self._progress_of = ("", 0.0, 0.0)
         self.unsaved_rollouts = None  # this iteration's trajectories, when rollouts/ is to keep them
         # Only rank 0 writes metrics and checkpoints. A probe alone leaves the run's record and metrics be.
         probe_only = cfg.exit_after_gradient_analysis
@@ -277,9 +281,12 @@ class TrainerBase:
         estimate of the time it has left, so a bar that stands still for minutes still moves."""
         now = time.perf_counter()
         if done == 0 or self._progress_of[0] != phase:
-            self._progress_of = (phase, now)
-        elapsed = now - self._progress_of[1]
-        left = {"left": f"{elapsed / done * (total - done):.0f}s"} if done else {}
+            self._progress_of = (phase, now, 0.0)
+        name, began, shown = self._progress_of
+        if done and now - shown < PROGRESS_EVERY_S:  # fast steps: a line per step would flood a log file
+            return
+        self._progress_of = (name, began, now)
+        left = {"left": f"{(now - began) / done * (total - done):.0f}s"} if done else {}
         self._phase(phase, step=f"{done}/{total}", **left)
 
     def iteration_step(self) -> dict:

@@ -407,8 +407,10 @@ def test_the_bar_moves_inside_long_phases(tokenizer, tmp_path, monkeypatch):
         return update
 
     monkeypatch.setattr("trainers.base.progress.bar", bar)
+    monkeypatch.setattr("trainers.base.PROGRESS_EVERY_S", 0)  # every step shown (the tiny model's are fast)
     cfg = config(tmp_path, filter="top_p", mini_batch_size=4, ppo_epochs=2, filter_metric="entropy")
-    Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer)).train()
+    trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    trainer.train()
 
     def steps(phase):
         return [s["step"] for s in shown if s["phase"] == phase]
@@ -421,3 +423,9 @@ def test_the_bar_moves_inside_long_phases(tokenizer, tmp_path, monkeypatch):
     assert micro and micro[0].startswith("0/") and len(micro) == int(micro[0].split("/")[1])
     columns = steps("MI scoring: first turn column")
     assert columns and len(columns) == int(columns[0].split("/")[1]) >= 2
+    # by default fast steps are shown at most every PROGRESS_EVERY_S, so a log file is not flooded
+    monkeypatch.setattr("trainers.base.PROGRESS_EVERY_S", 3600)
+    trainer._bar, shown[:] = bar(1, "it"), []
+    for done in range(3):
+        trainer._progress("a phase", done, 3)
+    assert [s["step"] for s in shown] == ["0/3"]
