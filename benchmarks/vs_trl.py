@@ -57,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=("auto", "no", "bf16"), default=TrainerConfig.mixed_precision,
                    help="TrainerConfig.mixed_precision; TRL gets bf16=True where it resolves to bf16")
     p.add_argument("--device", default=None, help="default: CUDA where available, else CPU")
+    p.add_argument("--entropy-coef", type=float, default=TrainerConfig.entropy_coef,
+                   help="ours' entropy bonus (RAGEN's default; TRL's GRPO has none: 0 makes the losses the same)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_trl" / "result.json"))
     p.add_argument("--side", choices=SIDES, default=None, help=argparse.SUPPRESS)  # one side, in a child process
@@ -78,7 +80,7 @@ def run_ours(args) -> dict:
 
     with tempfile.TemporaryDirectory() as out:
         # one optimizer step over the whole batch, as TRL's (a larger mini-batch would pad it with copies)
-        config = TrainerConfig(algorithm="grpo", num_iterations=1, mi_every=1,
+        config = TrainerConfig(algorithm="grpo", num_iterations=1, mi_every=1, entropy_coef=args.entropy_coef,
                                mini_batch_size=args.groups * args.group_size,
                                micro_batch_size=args.micro_batch_size, mixed_precision=args.precision,
                                output_dir=out, rollout=rollout_config(args), save_strategy="no", save_rollouts_steps=0,
