@@ -409,6 +409,8 @@ class Trainer(TrainerBase):
         token, and nothing ran). ``terms``: backward only these ``loss_terms`` (default: all)."""
         cfg = self.config
         mb = cfg.micro_batch_size
+        # micro-batches of like lengths pad less; the minibatch's loss is their sum, whatever the grouping
+        indices = sorted(indices, key=lambda i: len(layout.samples[i].ids))
         masks = [layout.mask(i) for i in indices]
         # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
         # must run as many backward passes as the others, or DDP waits forever.
