@@ -22,7 +22,7 @@ from ragen_envs.agent.baseline import play_held_out, summarise_held_out
 from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import NO_MODEL, check_envs
-from ragen_envs.agent.trajectory import save_jsonl
+from ragen_envs.agent.trajectory import rollouts_path, save_jsonl
 from ragen_envs.registry import env_for
 from trainers import checkpoint, lora, mi, run_folder
 from trainers.batch import Sample, collate
@@ -227,7 +227,7 @@ class TrainerBase:
                 callback.on_iteration_end(self, self.iteration, metrics)
             self._log(metrics, print_row=bool(cfg.logging_steps) and self.iteration % cfg.logging_steps == 0)
             if self.unsaved_rollouts is not None:  # only now: an interrupted iteration leaves no file
-                save_jsonl(self.unsaved_rollouts, self.output_dir / "rollouts" / f"iteration-{self.iteration}.jsonl")
+                save_jsonl(self.unsaved_rollouts, rollouts_path(self.output_dir, self.iteration))
                 self.unsaved_rollouts = None
             self._phase("done" if self.iteration == cfg.num_iterations else "next")
             if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:

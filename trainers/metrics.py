@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragen_envs.agent.trajectory import iteration_of, saved_iterations
 from trainers.config import PROBE_TERMS, TrainerConfig
 from trainers.filtering import LOW_RV_RATIO
 
@@ -128,7 +129,7 @@ class MetricsLogger:
             append_jsonl(self.dir / "metrics.abandoned.jsonl", abandoned)
             self._write_all()
         trim_csv(self.dir / GROUP_RV_FILE, keep_iterations)  # the iterations trained again
-        set_aside_rollouts(self.dir / "rollouts", keep_iterations)
+        set_aside_rollouts(self.dir, keep_iterations)
         self._printed_header = False
         self._tb = tensorboard_writer(self.dir, keep_iterations, report_to)
         self.wandb = None
@@ -228,13 +229,13 @@ def append_csv(path: Path, rows: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
-def set_aside_rollouts(folder: Path, keep_iterations: int) -> None:
+def set_aside_rollouts(run_dir: Path, keep_iterations: int) -> None:
     """Move the saved rollouts of iterations after ``keep_iterations`` (trained again on resume) to
-    ``abandoned/``, beside the abandoned metrics: kept, but never read as the run's."""
-    for path in folder.glob("iteration-*.jsonl") if folder.is_dir() else ():
-        if int(path.stem.split("-")[1]) > keep_iterations:
-            (folder / "abandoned").mkdir(exist_ok=True)
-            path.replace(folder / "abandoned" / path.name)
+    rollouts/abandoned/, beside the abandoned metrics: kept, but never read as the run's."""
+    for path in saved_iterations(run_dir):
+        if iteration_of(path) > keep_iterations:
+            (path.parent / "abandoned").mkdir(exist_ok=True)
+            path.replace(path.parent / "abandoned" / path.name)
 
 
 def trim_csv(path: Path, keep_iterations: int) -> None:

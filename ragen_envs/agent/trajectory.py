@@ -165,6 +165,22 @@ def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
     tmp.replace(path)
 
 
+def rollouts_path(run: str | Path, iteration: int) -> Path:
+    """Where a run folder keeps an iteration's trajectories (the trainer's ``save_rollouts_steps``)."""
+    return Path(run) / "rollouts" / f"iteration-{iteration}.jsonl"
+
+
+def iteration_of(path: Path) -> int:
+    """The iteration of a ``rollouts_path`` file."""
+    return int(path.stem.split("-")[1])
+
+
+def saved_iterations(run: str | Path) -> list[Path]:
+    """A run folder's rollouts/iteration-N.jsonl files, by iteration."""
+    folder = Path(run) / "rollouts"
+    return sorted(folder.glob("iteration-*.jsonl"), key=iteration_of) if folder.is_dir() else []
+
+
 def load_jsonl(path: str | Path) -> list[Trajectory]:
     with Path(path).open(encoding="utf-8") as f:
         return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]

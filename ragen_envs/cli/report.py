@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ragen_envs.agent import vision
-from ragen_envs.agent.trajectory import Trajectory, load_jsonl
+from ragen_envs.agent.trajectory import Trajectory, iteration_of, load_jsonl, rollouts_path, saved_iterations
 from ragen_envs.base import observation_text
 from ragen_envs.rendering import png_bytes
 
@@ -216,28 +216,22 @@ def render(trajectories: list[Trajectory], title: str, images: bool = True, head
     return "\n".join(parts)
 
 
-def saved_iterations(run: Path) -> list[Path]:
-    """A run folder's rollouts/iteration-N.jsonl files, by iteration."""
-    folder = run / "rollouts"
-    return sorted(folder.glob("iteration-*.jsonl"), key=iteration_of) if folder.is_dir() else []
-
-
 def rollout_file(source: Path, iteration: int | None = None) -> Path:
     """The JSONL file of ``source``: itself, or a run folder's latest (or given) rollouts."""
     if source.is_file():
         return source
     if not source.is_dir():
         raise FileNotFoundError(f"no trajectory file or run folder at {source}")
-    folder, saved = source / "rollouts", saved_iterations(source)
+    saved = saved_iterations(source)
     if not saved:
         raise FileNotFoundError(f"{source} has no rollouts/iteration-*.jsonl (the trainer writes them every "
                                 "save_rollouts_steps iterations)")
     if iteration is None:
         return saved[-1]
-    path = folder / f"iteration-{iteration}.jsonl"
+    path = rollouts_path(source, iteration)
     if not path.is_file():
         raise FileNotFoundError(f"{path} was not saved; saved iterations: "
-                                f"{', '.join(p.stem.split('-')[1] for p in saved)}")
+                                f"{', '.join(str(iteration_of(p)) for p in saved)}")
     return path
 
 
@@ -253,10 +247,6 @@ def run_header(run: Path, path: Path, saved: list[Path]) -> str:
              for p in saved for it in [iteration_of(p)]]
     return (f"<p id=run>{e(' · '.join(settings))}{' · ' if settings and links else ''}{' · '.join(links)}</p>"
             f"<p id=iterations>iteration: {' '.join(pages)}</p>")
-
-
-def iteration_of(path: Path) -> int:
-    return int(path.stem.split("-")[1])
 
 
 def page_name(iteration: int) -> str:
