@@ -231,12 +231,10 @@ class TrainerConfig:
         if not self.lora_target_modules.strip(" ,"):
             raise ValueError(f"lora_target_modules must be module names or 'all-linear', "
                              f"got {self.lora_target_modules!r}")
-        if self.report_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
-            raise ValueError("report_to='tensorboard' (--report-to tensorboard): tensorboard is not installed; "
-                             "pip install tensorboard, or the extra: pip install -e \".[tensorboard]\"")
-        if self.report_to == "wandb" and importlib.util.find_spec("wandb") is None:
-            raise ValueError("report_to='wandb' (--report-to wandb): wandb is not installed; "
-                             "pip install wandb, or the extra: pip install -e \".[wandb]\"")
+        tracker = self.report_to  # a tracker named is required; "auto" takes TensorBoard where installed
+        if tracker != "auto" and importlib.util.find_spec(tracker) is None:  # its package and extra share its name
+            raise ValueError(f"report_to={tracker!r} (--report-to {tracker}): {tracker} is not installed; "
+                             f"pip install {tracker}, or the extra: pip install -e \".[{tracker}]\"")
         if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
             raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
                              "torchrun); without sharding there is nothing to offload")

@@ -201,24 +201,23 @@ class SokobanEnv(GridEnv):
         plan = self.solve()
         if not plan:
             return None
-        at, cols = self._at, self._level.cols
+        cols = self._level.cols
         action = plan[0]
         dr, dc = DIRECTIONS[action]
         dest = self._player + dr * cols + dc
-        effect = (f"pushes the box at {at(dest)} to {at(dest + dr * cols + dc)}" if dest in self._boxes
-                  else f"moves me to {at(dest)}")
+        effect = (f"pushes the box at {self._cells([dest])} to {self._cells([dest + dr * cols + dc])}"
+                  if dest in self._boxes else f"moves me to {self._cells([dest])}")
         facts = self.facts()
         return (f"{facts['position']}; {facts['boxes']}; {facts['targets']}. {action} {effect}. "
                 f"{len(plan)} move{'s solve' if len(plan) > 1 else ' solves'} it.")
 
     def facts(self) -> dict[str, str]:
-        at = self._at
-        return {"position": f"I am at {at(self._player)}",
-                "boxes": f"boxes at {', '.join(at(b) for b in sorted(self._boxes))}",
-                "targets": f"targets at {', '.join(at(t) for t in sorted(self._level.targets))}"}
+        return {"position": f"I am at {self._cells([self._player])}", "boxes": f"boxes at {self._cells(self._boxes)}",
+                "targets": f"targets at {self._cells(self._level.targets)}"}
 
-    def _at(self, flat: int) -> str:
-        return "(%d, %d)" % divmod(flat, self._level.cols)
+    def _cells(self, flat) -> str:
+        """Flat cell indices as "(r, c), (r, c)", in index order."""
+        return format_cells(divmod(i, self._level.cols) for i in sorted(flat))
 
     # -- views -----------------------------------------------------------------------------------
     def _tile_codes(self) -> np.ndarray:
@@ -231,11 +230,7 @@ class SokobanEnv(GridEnv):
         return codes.reshape(level.rows, level.cols)
 
     def _coord_lines(self) -> list[str]:
-        level = self._level
-
-        def cells(flat):
-            return format_cells(divmod(i, level.cols) for i in sorted(flat))
-
+        level, cells = self._level, self._cells
         inner = level.walls[1:-1, 1:-1]
         walls = [(r + 1) * level.cols + c + 1 for r, c in zip(*np.nonzero(inner))]
         return [
