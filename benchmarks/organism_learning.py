@@ -32,6 +32,7 @@ from trainers.metrics import pyplot, wilson
 
 # what a seed's record keeps of each iteration's metrics (the run folder's metrics.jsonl has them all)
 KEPT = ("iteration", "rollout/success", "rollout/random_success", "rollout/response_length", "rollout/grounding",
+        "rollout/actions_per_turn",
         "mi/retrieval_acc", "mi/retrieval_chance", "mi/mi_est", "mi/conditional_entropy", "policy/token_entropy",
         "loss/approx_kl", "loss/clip_frac", "filter/kept_ratio", "time/iteration_s")
 

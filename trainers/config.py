@@ -307,6 +307,9 @@ class SFTConfig:
     episodes: int = bounded(60, min=1)  # oracle episodes per env
     # share of turns that play a random valid action instead of the oracle's
     imperfect: float = bounded(0.3, min=0, max=1)
+    # share of the oracle's turns that play its next moves up to the reply's allowance (the chat's
+    # max_actions_per_turn) instead of one; 0: one move a reply, so a start that has to learn when two pay
+    multi_move: float = bounded(0.0, min=0, max=1)
     epochs: int = bounded(1, min=1)  # passes over the demonstrations
     batch_size: int = bounded(2, min=1)  # episodes per optimizer step (each episode is one sequence of all its turns)
     learning_rate: float = bounded(2e-4, above=0)  # AdamW learning rate

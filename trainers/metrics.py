@@ -37,6 +37,8 @@ METRICS = [
            "chance level; envs with a finite action set)", "", "Task", True),
     Metric("rollout/format_valid", "format", "share of replies with the <think>/<answer> format and a valid "
            "action", "high on its own says nothing about reasoning", "Task", True),
+    Metric("rollout/actions_per_turn", "acts", "actions the env played per reply (at most "
+           "max_actions_per_turn)", ""),
     Metric("val/success", "val", "share of held-out episodes solved (eval_steps: env seeds never trained on, "
            "sampled at eval_temperature)", "", "Held-out", True),
     Metric("val/random_success", "val_rand", "success of random valid actions on the same held-out episodes", "",

@@ -51,7 +51,7 @@ def corpus(env_ids: list[str], sft: SFTConfig, episodes: int):
         for episode in range(episodes):
             chat.reset(seed=sft.seed + episode)
             while not chat.done:
-                text = oracle_turn(chat, rng, sft.imperfect)[0]
+                text = oracle_turn(chat, rng, sft)[0]
                 if text is None:
                     break
                 chat.step(sft.chat.prefill + text)

@@ -23,6 +23,7 @@ they are) with AdamW, in fp32. The result is a normal model folder: ``ragen eval
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -35,7 +36,7 @@ import torch
 from ragen_envs.agent import ChatEnv, chat_encoding, progress
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.registry import ENVIRONMENTS
-from ragen_envs.agent.parsing import THINK_OPEN
+from ragen_envs.agent.parsing import ACTION_SEPARATOR, THINK_OPEN
 from trainers.config import SFTConfig
 from trainers.model import model_name, prepare_model
 
@@ -62,7 +63,7 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
             seed = config.seed + episode
             prompt = chat_encoding.encode_chat(tokenizer, chat.reset(seed=seed)) + prefill_ids
             while not chat.done:
-                text, oracle = oracle_turn(chat, rng, config.imperfect)
+                text, oracle = oracle_turn(chat, rng, config)
                 if text is None:
                     break
                 reply = chat_encoding.tokenize(tokenizer, text) + eos
@@ -74,20 +75,42 @@ def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Dem
     return demos
 
 
-def oracle_turn(chat: ChatEnv, rng: random.Random, imperfect: float) -> tuple[str | None, bool]:
+def oracle_turn(chat: ChatEnv, rng: random.Random, config: SFTConfig) -> tuple[str | None, bool]:
     """A demonstrated reply (after the chat's prefill) for the chat's current state, and whether it is
-    the oracle's: a share ``imperfect`` of the turns of a finite action set plays a random valid action
-    (the reasoning then says it is a guess). (None, True) where the oracle knows no action."""
+    the oracle's: a share ``config.imperfect`` of the turns of a finite action set plays a random valid
+    action (the reasoning then says it is a guess); a share ``config.multi_move`` of the oracle's turns
+    plays its next moves up to the reply's allowance (``max_actions_per_turn``), the reasoning naming the
+    later ones. (None, True) where the oracle knows no action."""
     env = chat.env.unwrapped
     action, reasoning, oracle = env.oracle_action(), env.oracle_reasoning(), True
     if action is None:
         return None, True
-    if chat.valid_actions and rng.random() < imperfect:
-        action, oracle = rng.choice(chat.valid_actions), False
-        reasoning = f"I am not sure which move is best here, so I try {action}."
-    reasoning = reasoning or f"The best next step here is {action}."
-    reply = (f"{THINK_OPEN}{reasoning}</think>" if chat.config.enable_think else "") + f"<answer>{action}</answer>"
+    actions = [action]
+    if chat.valid_actions and rng.random() < config.imperfect:
+        actions, oracle = [rng.choice(chat.valid_actions)], False
+        reasoning = f"I am not sure which move is best here, so I try {actions[0]}."
+    else:
+        reasoning = reasoning or f"The best next step here is {action}."
+        if config.multi_move and chat.max_actions > 1 and rng.random() < config.multi_move:
+            actions += oracle_lookahead(env, action, chat.max_actions - 1)
+            reasoning += "".join(f" Then {a}." for a in actions[1:])
+    answer = f" {ACTION_SEPARATOR} ".join(actions)
+    reply = (f"{THINK_OPEN}{reasoning}</think>" if chat.config.enable_think else "") + f"<answer>{answer}</answer>"
     return reply[len(chat.config.prefill):], oracle  # the prefill opens every reply: <think>, <answer> or nothing
+
+
+def oracle_lookahead(env, action, n: int) -> list:
+    """The oracle's next ``n`` moves after ``action`` (fewer where the episode ends first), played on a copy
+    of ``env`` so the demonstrated episode itself is untouched."""
+    future, out = copy.deepcopy(env), []
+    for _ in range(n):
+        if any(future.step(action)[2:4]):  # terminated or truncated
+            break
+        action = future.oracle_action()
+        if action is None:
+            break
+        out.append(action)
+    return out
 
 
 @dataclass

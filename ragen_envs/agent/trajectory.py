@@ -134,8 +134,8 @@ class Trajectory:
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Episodes, success rate, return mean and std, format validity, turns and response tokens per turn;
-    grounding (the share of state facts the turns' reasonings state) where the envs have facts."""
+    """Episodes, success rate, return mean and std, format validity, turns, actions played per turn and
+    response tokens per turn; grounding (the share of state facts the turns' reasonings state) where the envs have facts."""
     n = len(trajectories)
     returns = [t.episode_return for t in trajectories]
     mean = sum(returns) / n
@@ -147,6 +147,8 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "return_std": (sum((r - mean) ** 2 for r in returns) / n) ** 0.5,
         "format_valid": sum(t.format_valid for t in trajectories) / n,
         "turns": sum(t.num_turns for t in trajectories) / n,
+        "actions_per_turn": sum(len(turn.actions) for t in trajectories for turn in t.turns)
+        / max(sum(t.num_turns for t in trajectories), 1),
         "response_length": sum(t.response_length for t in trajectories) / n,
     }
     if grounded:

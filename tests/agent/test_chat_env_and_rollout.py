@@ -10,7 +10,7 @@ from ragen_envs import CHARSET, ENVIRONMENTS, LLMEnv, TextSpace
 from ragen_envs.agent import (ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig,
                               load_jsonl, save_jsonl)
 from ragen_envs.agent import chat_encoding
-from ragen_envs.agent.trajectory import think_span
+from ragen_envs.agent.trajectory import rollout_metrics, think_span
 from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS, env_params
 
 LEVEL = "#######\n#P_X_O#\n#_____#\n#_____#\n#######"
@@ -185,6 +185,8 @@ def test_prompts_in_trajectories_are_what_the_model_saw(scripted):
             assert t.messages[2 + 2 * n] == {"role": "assistant", "content": turn.response}
             rendered = chat_encoding.render(policy.tokenizer, t.messages[:2 + 2 * n], add_generation_prompt=True)
             assert policy.tokenizer.decode(turn.prompt_ids) == rendered + "<think>"  # prefilled
+    played = [len(turn.actions) for t in trajs for turn in t.turns]
+    assert set(played) == {1, 2} and rollout_metrics(trajs)["actions_per_turn"] == sum(played) / len(played)
 
 
 def test_context_cap_drops_oldest_turns(scripted):

@@ -44,6 +44,26 @@ def test_the_imperfect_share(tokenizer):
     assert all("I try" in g for g in guesses)
 
 
+def test_multi_move_turns_play_the_oracles_next_moves_in_one_reply(tokenizer):
+    import gymnasium
+
+    def played(multi_move):
+        demos = demonstrations([SMOKE], tokenizer, SFTConfig(episodes=20, imperfect=0.0, multi_move=multi_move))
+        return [(d, parse_response("<think>" + tokenizer.decode(d.response_ids, skip_special_tokens=True), 2, True))
+                for d in demos]
+
+    assert all(len(p.actions) == 1 for _, p in played(0.0))
+    two = played(1.0)
+    assert sum(len(p.actions) == 2 for _, p in two) > len(two) / 2  # all but an episode's last move
+    assert all("Then" in p.reasoning for _, p in two if len(p.actions) == 2)  # the reasoning names the later move
+    env = gymnasium.make(SMOKE).unwrapped  # as the demonstrations play it
+    firsts = {d.seed: p.actions for d, p in reversed(two)}  # each episode's first reply
+    for seed, actions in firsts.items():  # the later move is the oracle's own, after the first
+        env.reset(seed=seed)
+        env.step(actions[0])
+        assert len(actions) == 1 or env.oracle_action() == actions[1]
+
+
 def test_warm_start_lowers_the_loss_and_saves_a_model_eval_can_load(tiny_model, tokenizer, tmp_path):
     import copy
 
