@@ -412,17 +412,24 @@ class Trainer(TrainerBase):
         # micro-batches of like lengths pad less; the minibatch's loss is their sum, whatever the grouping
         indices = sorted(indices, key=lambda i: len(layout.samples[i].ids))
         masks = [layout.mask(i) for i in indices]
+        counted = [sum(int(m.sum() > 0) for m in masks), int(sum(m.sum() for m in masks))]
+        # A sample whose advantage is 0 on every token adds nothing to the task term, its loss or its
+        # gradient; where no other term runs, its passes are left out (it still counts in the
+        # normalisers, so the gradient is exactly the same): a group whose episodes all scored alike.
+        # The logged loss parts (entropy, approx_kl) then cover the samples that ran.
+        if self._task_term_only(terms):
+            indices = [i for i in indices if bool(advantages[i][0].any())]
         # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
         # must run as many backward passes as the others, or DDP waits forever.
-        sequences, tokens, micro = all_reduce(
-            [sum(int(m.sum() > 0) for m in masks), int(sum(m.sum() for m in masks)), -(-len(indices) // mb)],
-            self.world)
+        sequences, tokens, micro = all_reduce(counted + [-(-len(indices) // mb)], self.world)
         if tokens == 0:
             return None
         norm = alg.Normalizer(sequences=sequences, tokens=tokens,
                               max_length=cfg.rollout.chat.max_turns * cfg.rollout.sampling.max_new_tokens)
         self.optimizer.zero_grad(set_to_none=True)
         step: dict[str, float] = {}
+        if micro == 0:  # every sample left out: the gradient is zero, and the step still takes it
+            self._idle_backward(layout.samples)
         for k in range(micro):
             part = [int(i) for i in indices[k * mb:(k + 1) * mb]]
             if not part:  # this rank has run out: a pass that adds nothing
@@ -431,6 +438,14 @@ class Trainer(TrainerBase):
             for key, value in self._micro_loss(part, layout, stats, advantages, norm, terms).items():
                 step[key] = step.get(key, 0.0) + value
         return step
+
+    def _task_term_only(self, terms) -> bool:
+        """Whether a backward of ``terms`` (None: the whole loss) runs the task term alone (no entropy
+        bonus, KL or critic term): only then does a zero advantage make a sample's gradient zero."""
+        cfg = self.config
+        running = {"task"} | {name for name, on in (("entropy", cfg.entropy_coef), ("kl", cfg.beta > 0),
+                                                    ("value", cfg.advantage == "gae")) if on}
+        return (running if terms is None else running & set(terms)) <= {"task"}
 
     def _minibatches(self, order: list[int], generator: torch.Generator) -> list[np.ndarray]:
         """``batch.minibatches``, then as many empty ones as every rank needs to take as many steps as

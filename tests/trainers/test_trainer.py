@@ -373,6 +373,45 @@ def test_an_on_policy_update_skips_the_no_grad_pass_and_trains_the_same(tokenize
     assert _trained(tokenizer, tmp_path / "epochs", force_pass=False, ppo_epochs=2)[1] > 0
 
 
+class SomeBoardsAlike(SeededReplies):
+    """SeededReplies, except that prompts of an even token sum all get one reply: a whole group of them
+    plays alike, so its advantages are 0."""
+
+    def generate(self, prompts, sampling):
+        gens = super().generate(prompts, sampling)
+        for gen in gens:
+            if sum(gen.prompt_ids) % 2 == 0:
+                ids = self.tokenizer(REPLIES[0], add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+                gen.text, gen.token_ids, gen.logprobs = REPLIES[0], ids, [-1.0] * len(ids)
+        return gens
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.01])
+def test_samples_with_zero_advantage_skip_the_passes_only_where_their_gradient_is_zero(entropy_coef, tokenizer,
+                                                                                       tmp_path):
+    def trained(skip):
+        trainer = Trainer(make_model(tokenizer), SMOKE,
+                          config(tmp_path / str(skip), n_groups=6, filter="none", mini_batch_size=64,
+                                 micro_batch_size=1, entropy_coef=entropy_coef),
+                          tokenizer=tokenizer, rollout_policy=SomeBoardsAlike(tokenizer))
+        if not skip:
+            trainer._task_term_only = lambda terms: False
+        rows, original = [], trainer._micro_loss
+        trainer._micro_loss = lambda indices, *a, **k: rows.append(len(indices)) or original(indices, *a, **k)
+        gradients = record_gradients(trainer.optimizer)
+        metrics = trainer.train()[0]
+        return len(rows), gradients, metrics
+
+    ran, gradients, metrics = trained(skip=True)
+    everything, all_gradients, _ = trained(skip=False)
+    assert 0 < metrics["filter/in_group_reward_std"]  # some groups differ ...
+    if entropy_coef:  # the entropy bonus has a gradient on every sample
+        assert ran == everything
+    else:
+        assert 0 < ran < everything  # ... and some do not: theirs are left out
+    assert_same_gradients(gradients, all_gradients)
+
+
 def test_frozen_bottom_layers_stay_as_they_were(tokenizer, tmp_path):
     model = make_model(tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
