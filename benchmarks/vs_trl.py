@@ -106,9 +106,12 @@ def run_ours(args) -> dict:
 
 
 def _bf16(args, device) -> bool:
+    """Whether ours autocasts to bf16 for ``args.model`` (TRL is given the same)."""
+    from transformers import AutoConfig
+
     from trainers.model import use_bf16
 
-    return use_bf16(args.precision, device)
+    return use_bf16(args.precision, device, AutoConfig.from_pretrained(args.model))
 
 
 def run_trl(args) -> dict:

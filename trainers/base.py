@@ -144,7 +144,7 @@ class TrainerBase:
         self.train_scorer = distribute(self.scorer, self.model, self.world, self.sharded, self.device,
                                        lambda: self._token_outputs(self.scorer, warm),
                                        some_unused=self.processor is not None, cpu_offload=cfg.fsdp_cpu_offload,
-                                       bf16=use_bf16(cfg.mixed_precision, self.device))
+                                       bf16=use_bf16(cfg.mixed_precision, self.device, self.model))
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.value_head is not None:
             critic = [p for p in [*self.value_head.parameters(),
@@ -302,7 +302,7 @@ class TrainerBase:
 
     # == forward passes ===========================================================================
     def _autocast(self):
-        if use_bf16(self.config.mixed_precision, self.device):
+        if use_bf16(self.config.mixed_precision, self.device, self.model):
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 

@@ -104,3 +104,16 @@ def test_fsdp_with_cpu_offload_and_gradient_checkpointing_trains_like_ddp(tmp_pa
                        "fsdp")
     assert_same_gradients(ddp[0]["grads"], offloaded[0]["grads"])
     assert_same_gradients(ddp[0]["grads"], offloaded[1]["grads"])
+
+
+def test_auto_precision_autocasts_on_a_cpu_only_for_a_wide_model(monkeypatch):
+    from transformers import LlamaConfig
+
+    from trainers import model as precision
+
+    cpu, narrow, wide = torch.device("cpu"), LlamaConfig(hidden_size=128), LlamaConfig(hidden_size=576)
+    for flags, native in (("fpu avx2 amx_bf16 amx_tile", True), ("fpu avx2", False)):
+        monkeypatch.setattr(precision.Path, "read_text", lambda self, flags=flags: flags)
+        assert precision.use_bf16("auto", cpu, narrow) is False  # autocasting costs a small model more than it saves
+        assert precision.use_bf16("auto", cpu, wide) is native
+        assert precision.use_bf16("bf16", cpu, narrow) and not precision.use_bf16("no", cpu, wide)
