@@ -1,4 +1,4 @@
-"""benchmarks/vs_trl.py at the smallest scale, on a tiny random model: both sides run one iteration on the
+"""benchmarks/vs_trl.py at the smallest scale, on a tiny random model: both sides run two iterations on the
 same settings and the result holds every phase, token count, memory peak and ratio (never a timing's value)."""
 
 import json
@@ -18,21 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_one_iteration_each_side_gives_phases_tokens_memory_and_ratios(tmp_path, tokenizer, tiny_model):
+def test_two_iterations_each_side_give_phases_tokens_memory_and_ratios(tmp_path, tokenizer, tiny_model):
     model = tmp_path / "tiny"
     tiny_model.save_pretrained(model)
     tokenizer.save_pretrained(model)
     out = tmp_path / "result.json"
     printed = subprocess.run([sys.executable, "benchmarks/vs_trl.py", "--model", str(model), "--groups", "2",
-                              "--group-size", "2", "--max-turns", "2", "--max-new-tokens", "6", "--out", str(out)],
+                              "--group-size", "2", "--max-turns", "2", "--max-new-tokens", "6", "--iterations", "2",
+                              "--out", str(out)],
                              cwd=ROOT, capture_output=True, text=True, timeout=280, check=True).stdout
     result = json.loads(out.read_text())
     assert result["commit"] and result["versions"]["trl"]
     assert result["settings"] | {"model": str(model), "groups": 2, "group_size": 2, "max_turns": 2,
-                                 "max_new_tokens": 6} == result["settings"]
+                                 "max_new_tokens": 6, "iterations": 2} == result["settings"]
     for name in vs_trl.SIDES:
         side = result[name]
-        assert side["episodes"] == 4 and 0 < side["generated_tokens"] <= 4 * 2 * 6
+        assert side["episodes"] == 2 * 4 and 0 < side["generated_tokens"] <= 2 * 4 * 2 * 6
         assert all(side[f"{p}_s"] >= 0 for p in vs_trl.PHASES) and side["total_s"] > 0
         # the phases split the iteration
         assert side["rollout_s"] + side["scoring_s"] + side["update_s"] == pytest.approx(side["total_s"])
