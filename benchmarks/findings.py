@@ -113,8 +113,8 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def scale(args) -> Scale:
-    """The scale of a study on the demo env: the organism preset's, or with ``--model`` QUICK / FULL."""
-    if not args.model:
+    """The scale of a study on the demo env: the organism preset's, or with a real ``--model`` QUICK / FULL."""
+    if not real_model(args):
         return preset_scale(args, WARM_ENV)
     base = QUICK if args.quick else FULL
     return replace(base, **{k: getattr(args, k) for k in asdict(base) if getattr(args, k) is not None})
@@ -125,7 +125,7 @@ def training(args) -> dict:
     model's defaults: see the module docstring)."""
     from trainers.config import ORGANISM_RL
 
-    base = {"learning_rate": 1e-5, "freeze_layers": 20} if args.model else \
+    base = {"learning_rate": 1e-5, "freeze_layers": 20} if real_model(args) else \
         {k: ORGANISM_RL[k] for k in ("learning_rate", "freeze_layers")}
     given = {"learning_rate": args.learning_rate, "freeze_layers": args.freeze_layers}
     return {**base, **{k: v for k, v in given.items() if v is not None}}
@@ -142,9 +142,17 @@ def results_folder(args, script: str, s: Scale | None = None) -> Path:
     return out
 
 
+def real_model(args) -> bool:
+    """Whether ``--model`` names a real model; a model organism (``ragen sft --from-scratch``'s folder) runs
+    at the organism's scale, as the default one does."""
+    from trainers.organism import is_organism
+
+    return bool(args.model) and not is_organism(args.model)
+
+
 def preset_name(args) -> str:
-    """The preset a RAGEN experiment runs at: RAGEN's own with ``--model``, else the organism's."""
-    return "ragen2-main" if args.model else "organism"
+    """The preset a RAGEN experiment runs at: RAGEN's own for a real ``--model``, else the organism's."""
+    return "ragen2-main" if real_model(args) else "organism"
 
 
 def preset_scale(args, env: str, iterations: int | None = None) -> Scale:
@@ -157,8 +165,8 @@ def preset_scale(args, env: str, iterations: int | None = None) -> Scale:
     base = Scale(iterations=iterations or c.num_iterations, groups=c.rollout.n_groups,
                  group_size=c.rollout.group_size, max_turns=c.rollout.chat.max_turns,
                  max_new_tokens=c.rollout.sampling.max_new_tokens,
-                 val_episodes=c.eval_episodes if args.model else ORGANISM_EPISODES,
-                 seeds=1 if args.model else ORGANISM_SEEDS)
+                 val_episodes=c.eval_episodes if real_model(args) else ORGANISM_EPISODES,
+                 seeds=1 if real_model(args) else ORGANISM_SEEDS)
     if args.quick:
         base = replace(base, iterations=2, groups=2, group_size=4, val_episodes=8, seeds=1)
     return replace(base, **{k: getattr(args, k) for k in asdict(base) if getattr(args, k, None) is not None})
@@ -184,7 +192,7 @@ def preset_config(args, env: str, s: Scale, seed: int, fields: dict):
              if v is not None}
     cell = dict(num_iterations=s.iterations, overwrite_output_dir=True,
                 mini_batch_size=base.mini_batch_size if same_batch else max(1, s.groups * s.group_size // 4),
-                eval_steps=base.eval_steps if args.model and not args.quick else 0,
+                eval_steps=base.eval_steps if real_model(args) and not args.quick else 0,
                 save_steps=CELL_SAVE_STEPS, save_total_limit=1, save_rollouts_steps=0, logging_steps=0, plot=False)
     # made again from the preset, not replaced in ``base``: another algorithm gets its own defaults
     return TrainerConfig.from_preset(preset_name(args), env, **{**cell, **given, **fields, "rollout": asdict(rollout)})

@@ -96,11 +96,13 @@ def slip_sweep(args) -> list:
 def gradient_analysis(args) -> list:
     """run_sokoban_ppo_filter_grad_analysis.sh: PPO (or ``--algos GRPO``) on Sokoban, top-p 0.9 over the
     reward stds themselves without zero-variance groups, KL off, entropy 0.001, the probe every 50 iterations
-    (1, 51, 101) on its own batch of 128 x 16; checkpoints every 50 and at the end, for the probe after.
+    (1, 51, 101; ``--probe-every``) on its own batch of 128 x 16, filtered as the run filters (``--probe-whole``:
+    every group of it, zero-variance ones too); checkpoints as often and at the end, for the probe after.
     ``--quick`` probes every iteration's training batch."""
     probing = {"gradient_analysis_every": 1, "save_steps": 1} if args.quick else {
-        "gradient_analysis_every": 50, "gradient_analysis_env_groups": 128, "gradient_analysis_group_size": 16,
-        "save_steps": 50}
+        "gradient_analysis_every": args.probe_every, "gradient_analysis_env_groups": 128,
+        "gradient_analysis_group_size": 16, "gradient_analysis_filter": not args.probe_whole,
+        "save_steps": args.probe_every}
     return [(args.tasks[0], algo, {"algo": algo},
              {"algorithm": ALGORITHMS[algo], **FILTER, "filter_prob_mode": "linear", **filtered(True),
               "beta": 0.0, "entropy_coef": 0.001, **probing, "save_total_limit": None}) for algo in args.algos]
@@ -148,6 +150,10 @@ def parse_args(argv=None):
     p.add_argument("--values", type=listed(), default=None, help="the swept values (default: RAGEN's)")
     p.add_argument("--include-zero", action=argparse.BooleanOptionalAction, default=True,
                    help="KL and entropy sweeps: zero-variance groups kept (RAGEN's default) or dropped")
+    p.add_argument("--probe-every", type=int, default=50, help="gradient analysis: the probe's iterations, "
+                   "1, 1 + this, ... (RAGEN's gradient_analysis_every)")
+    p.add_argument("--probe-whole", action="store_true", help="gradient analysis: probe every group of the "
+                   "probe's batch, zero-variance ones too, not only those the filter keeps (RAGEN's)")
     p.add_argument("--checkpoint-step", type=int, default=None,
                    help="gradient analysis: the checkpoint probed after training (default: the final one)")
     args = p.parse_args(argv)

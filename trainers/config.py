@@ -191,6 +191,9 @@ class TrainerConfig:
     gradient_analysis_env_groups: int | None = bounded(None, min=1)
     # that batch's group size (None: the run's; with env_groups None too, the probe uses the training batch)
     gradient_analysis_group_size: int | None = bounded(None, min=2, why="a reward std needs two samples")
+    # that batch filtered as the run filters (RAGEN's probe); False: every group of it, zero-variance ones
+    # included, so the buckets span the low-variance groups the paper contrasts (needs that batch)
+    gradient_analysis_filter: bool = True
     # probe this call's first iteration, write its metrics and stop: no update, no checkpoint (RAGEN's
     # exit_after_gradient_analysis; with --resume it probes a checkpoint)
     exit_after_gradient_analysis: bool = field(default=False, metadata={"flag": "gradient_analysis_only"})
@@ -238,6 +241,11 @@ class TrainerConfig:
         if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
             raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
                              "torchrun); without sharding there is nothing to offload")
+        if not self.gradient_analysis_filter and self.gradient_analysis_env_groups is None \
+                and self.gradient_analysis_group_size is None:
+            raise ValueError("gradient_analysis_filter=False probes a batch of the probe's own whole: it needs "
+                             "gradient_analysis_env_groups or gradient_analysis_group_size (the training batch "
+                             "trains on what the filter kept)")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")

@@ -129,6 +129,15 @@ def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: Org
     return warm_start(model, env_ids, sft, tokenizer=tokenizer, device=device)
 
 
+def is_organism(path) -> bool:
+    """Whether the model folder ``path`` holds a model organism (its warm start's record says so)."""
+    try:
+        record = json.loads((Path(path) / "warm_start.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return str(record.get("model") or "").startswith("organism:")
+
+
 def organism_dir(env_ids: list[str]) -> Path:
     """Where ``make demo`` and the findings scripts keep the default organism of ``env_ids``: the user
     cache, beside the warm starts."""

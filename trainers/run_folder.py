@@ -63,7 +63,8 @@ RESUME_FREE = {"num_iterations", "output_dir", "overwrite_output_dir", "resume_f
                "save_total_limit", "save_rollouts_steps", "eval_steps", "eval_episodes", "eval_seed",
                "eval_temperature", "gradient_analysis_every", "gradient_analysis_num_buckets",
                "gradient_analysis_bucket_mode", "gradient_analysis_env_groups", "gradient_analysis_group_size",
-               "exit_after_gradient_analysis", "report_to", "gradient_checkpointing", "fsdp_cpu_offload"}
+               "gradient_analysis_filter", "exit_after_gradient_analysis", "report_to", "gradient_checkpointing",
+               "fsdp_cpu_offload"}
 
 
 def read_record(folder: Path) -> dict | None:

@@ -265,7 +265,11 @@ class Trainer(TrainerBase):
         # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
         scores = scores_for(cfg.filter_metric, returns, trajectories, layout, stats)
         scores = all_gather_rows(scores[:, None], self.world)[:, 0]
-        kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order, cfg.include_zero)
+        if training or cfg.gradient_analysis_filter:
+            kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order,
+                          cfg.include_zero)
+        else:  # the probe's own batch, whole
+            kept = np.arange(len(scores))
         metrics.update(filter_stats(all_returns, kept))
         if not training:
             return self._kept(layout, stats, kept, all_returns, groups)
@@ -288,7 +292,8 @@ class Trainer(TrainerBase):
     # == the gradient probe ======================================================================
     def _probe_of(self, batch: Prepared | None, advantages: dict) -> dict:
         """The gradient probe on the iteration's kept batch, or on a batch of its own (rolled out with
-        its own seeds, filtered as the run filters, never trained on) when the config asks for one."""
+        its own seeds, filtered as the run filters unless ``gradient_analysis_filter`` is off, never
+        trained on) when the config asks for one."""
         cfg = self.config
         if not self._own_probe_batch():
             return self._probe(batch, advantages)

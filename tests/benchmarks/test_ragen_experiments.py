@@ -94,9 +94,12 @@ def test_the_slip_sweep_and_the_gradient_analysis_are_ragens():
     assert picked(grad, "gradient_analysis_every", "gradient_analysis_env_groups", "gradient_analysis_group_size",
                   "save_steps", "save_total_limit") == (50, 128, 16, 50, None)
     assert rx.PROBE == {"beta": 0.001, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}  # the probe's KL on
+    assert grad.gradient_analysis_filter  # RAGEN's probe buckets the groups the filter kept; ours can take them all
+    (whole,) = configs(["gradient-analysis", "--model", "m", "--probe-every", "20", "--probe-whole"]).values()
+    assert picked(whole, "gradient_analysis_every", "save_steps", "gradient_analysis_filter") == (20, 20, False)
 
 
-def test_ragens_scale_with_a_model_and_the_organisms_without():
+def test_ragens_scale_with_a_model_and_the_organisms_without(tmp_path):
     ragen = configs(["kl-sweep", "--model", "m", "--values", "0"])["sokoban/kl0-seed0"]
     preset = TrainerConfig.from_preset("ragen2-main", env_for_task("sokoban"))
     assert (ragen.num_iterations, ragen.rollout.n_groups, ragen.rollout.group_size) == (400, 8, 16)
@@ -110,6 +113,11 @@ def test_ragens_scale_with_a_model_and_the_organisms_without():
     organism = configs(["kl-sweep", "--values", "0"])
     assert len(organism) == 3 and organism["sokoban/kl0-seed2"].rollout.seed == 10002
     assert (organism["sokoban/kl0-seed0"].learning_rate, organism["sokoban/kl0-seed0"].eval_steps) == (1e-3, 0)
+    # a model organism named by --model (`ragen sft --from-scratch`'s folder) runs at the organism's scale too
+    folder = tmp_path / "organism"
+    folder.mkdir()
+    (folder / "warm_start.json").write_text(json.dumps({"model": 'organism:{"layers": 2}'}))
+    assert configs(["kl-sweep", "--model", str(folder), "--values", "0"]).keys() == organism.keys()
     quick = configs(["kl-sweep", "--quick", "--model", "m", "--values", "0", "--learning-rate", "3e-6"])
     (q,) = quick.values()
     assert (q.num_iterations, q.rollout.n_groups, q.mini_batch_size, q.eval_steps) == (2, 2, 2, 0)

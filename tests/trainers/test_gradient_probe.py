@@ -108,6 +108,20 @@ def test_the_probe_changes_nothing_and_a_run_with_it_trains_exactly_like_one_wit
     assert runs["training batch"][1][0]["grad_norm/all/sample_count"] == 12
 
 
+def test_the_probes_own_batch_is_filtered_as_the_run_filters_or_probed_whole(tokenizer, tmp_path):
+    counts = {}
+    for whole in (False, True):
+        cfg = config(tmp_path / str(whole), n_groups=2, filter="top_k_abs", filter_value=1, mi_every=0,
+                     gradient_analysis_every=1, gradient_analysis_env_groups=6, gradient_analysis_group_size=2,
+                     gradient_analysis_filter=not whole)
+        trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer,
+                          rollout_policy=SeededReplies(tokenizer))
+        counts[whole] = trainer.train()[0]["grad_norm/all/group_count"]
+    assert counts == {False: 1, True: 6}  # the filter keeps one group; whole, all six, zero-variance ones too
+    with pytest.raises(ValueError, match="gradient_analysis_env_groups"):
+        config(tmp_path, gradient_analysis_filter=False)  # the training batch is what the filter kept
+
+
 def test_a_probe_alone_leaves_the_weights_and_the_run_folder_as_they_were(tokenizer, tmp_path):
     trainer = _trainer(tokenizer, tmp_path, gradient_analysis_every=0, exit_after_gradient_analysis=True)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
