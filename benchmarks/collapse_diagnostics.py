@@ -40,28 +40,6 @@ COLUMNS = ["filter", "entropy_coef", "seed", "val_success", "val_start_success",
            *PROXIES]
 
 
-def ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks from 1, ties sharing their mean rank."""
-    order = np.argsort(x, kind="stable")
-    r = np.empty(len(x))
-    r[order] = np.arange(1, len(x) + 1)
-    for value in np.unique(x):
-        tied = x == value
-        r[tied] = r[tied].mean()
-    return r
-
-
-def spearman(x, y) -> float:
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = ~(np.isnan(x) | np.isnan(y))
-    if keep.sum() < 3:
-        return float("nan")
-    a, b = ranks(x[keep]), ranks(y[keep])
-    if a.std() == 0 or b.std() == 0:
-        return float("nan")  # a constant has no rank order
-    return float(np.corrcoef(a, b)[0, 1])
-
-
 MIN_RUNS = 6  # fewer runs resample into the same few sets: an interval from them would look narrower than it is
 
 
@@ -112,7 +90,7 @@ def bootstrap(statistic, rows: list[dict], draws: int = 2000, seed: int = 0) -> 
 
 
 def correlation(proxy: str, outcome: str = "val_success"):
-    return lambda rows: spearman([r[proxy] for r in rows], [r[outcome] for r in rows])
+    return lambda rows: findings.spearman([r[proxy] for r in rows], [r[outcome] for r in rows])
 
 
 def advantage(mi: str, entropy: str, outcome: str = "val_success"):

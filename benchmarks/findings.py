@@ -285,6 +285,28 @@ def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int, chat=None)
 T975 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
 
 
+def ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks from 1, ties sharing their mean rank."""
+    order = np.argsort(x, kind="stable")
+    r = np.empty(len(x))
+    r[order] = np.arange(1, len(x) + 1)
+    for value in np.unique(x):
+        tied = x == value
+        r[tied] = r[tied].mean()
+    return r
+
+
+def spearman(x, y) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    if keep.sum() < 3:
+        return float("nan")
+    a, b = ranks(x[keep]), ranks(y[keep])
+    if a.std() == 0 or b.std() == 0:
+        return float("nan")  # a constant has no rank order
+    return float(np.corrcoef(a, b)[0, 1])
+
+
 def t_interval(values) -> tuple[float, float, float]:
     """Mean and 95 % interval of independent runs' values (a t interval over runs: it holds the training
     noise between seeds as well as the held-out episodes' own); nan bounds for fewer than two runs."""

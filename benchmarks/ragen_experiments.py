@@ -198,6 +198,53 @@ def probe(args, folder, model: str, env: str, cell, config) -> None:
     Trainer(model, env, probe_config, device=args.device).train()
 
 
+def gradient_trends(out, folder, task: str, task_cells) -> dict:
+    """Finding 4's numbers over the seeds: per probe (by iteration; the checkpoint probe, KL and entropy on,
+    is the last) and loss term, each bucket's mean norm, and the rank correlation of the norm with the bucket
+    (1: lowest reward std) with its t interval over seeds; to <task>-gradient-trends.json and .png."""
+    from trainers.metrics import PROBE_FILE, pyplot, read_metrics
+
+    by_probe: dict[int, dict[str, list]] = {}  # iteration -> term or "reward_std" -> per seed, norms by bucket
+    for cell in task_cells:
+        run = folder / cell[0] / "run"
+        for r in read_metrics(run) + read_metrics(run, PROBE_FILE):
+            buckets = sorted(int(k.split("/")[1][7:]) for k in r if k.startswith("grad_norm/bucket_")
+                             and k.endswith("/sample_count"))
+            for term in ("task", "entropy", "kl", "reward_std_mean"):
+                if buckets and f"grad_norm/bucket_1/{term}" in r:
+                    by_probe.setdefault(r["iteration"], {}).setdefault(term, []).append(
+                        [r[f"grad_norm/bucket_{b}/{term}"] for b in buckets])
+    result = {}
+    for iteration, terms in sorted(by_probe.items()):
+        result[str(iteration)] = {}
+        for term, seeds in terms.items():
+            width = min(len(norms) for norms in seeds)
+            rhos = [findings.spearman(np.arange(width), norms[:width]) for norms in seeds]
+            mean, low, high = findings.t_interval(rhos)
+            result[str(iteration)][term] = {"bucket_means": np.mean([n[:width] for n in seeds], axis=0).tolist(),
+                                            "spearman": rhos, "spearman_mean": mean, "interval": [low, high]}
+    (out / f"{task}-gradient-trends.json").write_text(json.dumps(result, indent=2) + "\n")
+    plt = pyplot()
+    terms = [t for t in ("task", "entropy", "kl", "reward_std_mean") if any(t in v for v in result.values())]
+    fig, axes = plt.subplots(1, len(terms), figsize=(3.8 * len(terms), 3.4), squeeze=False)
+    for ax, term in zip(axes[0], terms):
+        for iteration, values in result.items():
+            if term in values:
+                means = values[term]["bucket_means"]
+                rho = "" if term == "reward_std_mean" else f" (rank corr. {values[term]['spearman_mean']:+.2f})"
+                ax.plot(range(1, len(means) + 1), means, marker="o", label=f"iteration {iteration}{rho}")
+        ax.set_title("reward std (bucket mean)" if term == "reward_std_mean" else f"{term} gradient norm",
+                     fontsize=10)
+        ax.set_xlabel("bucket (1: lowest reward std)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"gradient norm by reward-std bucket, mean of {len(task_cells)} seed(s)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / f"{task}-gradient-trends.png", dpi=100)
+    plt.close(fig)
+    return result
+
+
 def plot(out, rows: list[dict], labels: list[str], title: str) -> None:
     """Each panel's mean over seeds (error bars: the t interval over them) per setting (its ``labels``), in
     the table's order; the untrained start beside the held-out success."""
@@ -243,6 +290,7 @@ def main(argv=None) -> list[dict]:
             for cell in task_cells:
                 probe(args, folder, model, env, cell, configure(cell[2], cell[3], dict(cell[4])))
                 print(plot_gradients(folder / cell[0] / "run", out=out / f"{task}-{cell[0]}-gradients.png"))
+            gradient_trends(out, folder, task, task_cells)
     labels = [k for k in dict.fromkeys(k for t in by_task.values() for c in t for k in c[1]) if k != "seed"]
     labels = (["task"] if len(by_task) > 1 and "task" not in labels else []) + labels
     title = f"RAGEN's {args.experiment} ({findings.preset_name(args)} scale; means over the later iterations)"

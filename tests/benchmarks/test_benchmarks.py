@@ -23,12 +23,12 @@ def test_an_interval_of_one_seed_says_so_instead_of_nan():
 
 
 def test_spearman_is_a_rank_correlation_with_ties():
-    assert collapse_diagnostics.spearman([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)
-    assert collapse_diagnostics.spearman([1, 2, 3, 4], [9, 4, 1, 0]) == pytest.approx(-1.0)
-    assert collapse_diagnostics.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486833, abs=1e-6)
-    assert math.isnan(collapse_diagnostics.spearman([1, 1, 1], [1, 2, 3]))  # a constant has no order
-    assert math.isnan(collapse_diagnostics.spearman([1, 2], [1, 2]))  # too few runs
-    assert collapse_diagnostics.spearman([1, 2, float("nan"), 3], [1, 2, 5, 3]) == pytest.approx(1.0)
+    assert findings.spearman([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)
+    assert findings.spearman([1, 2, 3, 4], [9, 4, 1, 0]) == pytest.approx(-1.0)
+    assert findings.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486833, abs=1e-6)
+    assert math.isnan(findings.spearman([1, 1, 1], [1, 2, 3]))  # a constant has no order
+    assert math.isnan(findings.spearman([1, 2], [1, 2]))  # too few runs
+    assert findings.spearman([1, 2, float("nan"), 3], [1, 2, 5, 3]) == pytest.approx(1.0)
 
 
 def test_the_success_spread_is_set_beside_the_sampling_noise():

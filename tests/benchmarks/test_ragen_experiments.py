@@ -157,6 +157,25 @@ def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(
     assert (out / "sokoban-PPO-seed0-gradients.png").stat().st_size > 0
     assert (out / "gradient-analysis.png").stat().st_size > 0 and (out / "results.csv").is_file()
     assert "sokoban/PPO-seed0" in json.loads((out / "settings.json").read_text())
+    trends = json.loads((out / "sokoban-gradient-trends.json").read_text())
+    assert list(trends) == ["1", "2", "3"] and "kl" in trends["3"] and "kl" not in trends["1"]
     again = rx.main(argv)  # read back: nothing trained, the probe not repeated
     assert again[0]["wall_s"] == rows[0]["wall_s"]
     assert len((run / "gradient_probe.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_gradient_trends_rank_each_terms_norm_against_the_bucket_over_seeds(tmp_path):
+    cells = []
+    for seed, scale in enumerate((1.0, 2.0, 3.0)):
+        run = tmp_path / f"PPO-seed{seed}" / "run"
+        run.mkdir(parents=True)
+        row = {"iteration": 1, "grad_norm/all/sample_count": 96.0}
+        for b in range(1, 5):  # the task norm rises with the bucket, the entropy norm falls, in every seed
+            row.update({f"grad_norm/bucket_{b}/sample_count": 24.0, f"grad_norm/bucket_{b}/task": scale * b,
+                        f"grad_norm/bucket_{b}/entropy": 1.0 / b, f"grad_norm/bucket_{b}/reward_std_mean": b / 2})
+        (run / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+        cells.append((f"PPO-seed{seed}",))
+    trends = rx.gradient_trends(tmp_path, tmp_path, "sokoban", cells)["1"]
+    assert trends["task"]["spearman"] == [1.0, 1.0, 1.0] and trends["task"]["bucket_means"] == [2.0, 4.0, 6.0, 8.0]
+    assert trends["entropy"]["spearman_mean"] == -1.0 and "kl" not in trends
+    assert (tmp_path / "sokoban-gradient-trends.png").stat().st_size > 0
