@@ -118,7 +118,9 @@ def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: Org
     (``warm_start`` with every layer trained), saved to ``sft.output_dir``; by default with
     ``organism_sft(env_ids)`` into ``organism_dir``. Deterministic for ``sft.seed``; a folder holding the same
     build is reused."""
-    sft = replace(sft or organism_sft(env_ids, output_dir=str(organism_dir(env_ids))), freeze_layers=0)
+    # the default folder is a cache: an organism made with other settings (an older catalogue's) is replaced
+    sft = replace(sft or organism_sft(env_ids, output_dir=str(organism_dir(env_ids)), overwrite_output_dir=True),
+                  freeze_layers=0)
     organism = organism or OrganismArchitecture()
     cached = reused(organism_name(organism), env_ids, sft)  # before learning a tokenizer it would not need
     if cached is not None:

@@ -135,7 +135,8 @@ class Trajectory:
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Episodes, success rate, return mean and std, format validity, turns, actions played per turn and
-    response tokens per turn; grounding (the share of state facts the turns' reasonings state) where the envs have facts."""
+    response tokens per turn; grounding (the share of state facts the turns' reasonings state) where the
+    envs have facts."""
     n = len(trajectories)
     returns = [t.episode_return for t in trajectories]
     mean = sum(returns) / n

@@ -55,6 +55,21 @@ def test_built_the_same_for_a_seed_trained_and_loaded_by_eval(tmp_path, capsys):
     assert "format_valid" in capsys.readouterr().out
 
 
+def test_the_default_organism_is_a_cache_replaced_when_its_settings_change(tmp_path, monkeypatch):
+    from trainers import config as settings
+    from trainers.organism import default_organism
+
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))
+    monkeypatch.setattr(settings, "ORGANISM_SFT", {**ORGANISM_SFT, "episodes": 3, "epochs": 1})
+    monkeypatch.setattr("trainers.organism.OrganismArchitecture", lambda: SMALL)
+    folder = default_organism([SMOKE])
+    first = json.loads((tmp_path / "organism" / folder.split("/")[-1] / "warm_start.json").read_text())
+    monkeypatch.setattr(settings, "ORGANISM_SFT", {**ORGANISM_SFT, "episodes": 3, "epochs": 2})  # a newer catalogue
+    assert default_organism([SMOKE]) == folder  # rebuilt in place, not refused as another warm start
+    again = json.loads((tmp_path / "organism" / folder.split("/")[-1] / "warm_start.json").read_text())
+    assert (first["config"]["epochs"], again["config"]["epochs"]) == (1, 2)
+
+
 def test_the_command(tmp_path):
     out = tmp_path / "organism"
     flags = ["--env", SMOKE, "--episodes", "4", "--corpus-episodes", "5", "--layers", "1", "--width", "32",
@@ -82,10 +97,12 @@ def test_an_envs_own_organism_settings_go_over_the_organisms():
     from trainers.config import organism_sft, organism_sft_settings
 
     sokoban, demo = env_for_task("sokoban"), env_for("demo")
-    assert ENVIRONMENTS[sokoban].organism_sft == {"epochs": 8} and not ENVIRONMENTS[demo].organism_sft
+    assert ENVIRONMENTS[sokoban].organism_sft == {"epochs": 8, "multi_move": 0.25}
+    assert not ENVIRONMENTS[demo].organism_sft
     assert organism_sft_settings([demo]) == ORGANISM_SFT and organism_sft([demo]) == organism_sft()
     assert organism_sft([sokoban]).epochs == 8 and organism_sft([sokoban]).episodes == ORGANISM_SFT["episodes"]
     assert parse(["sft", "--from-scratch", "--env", sokoban]).epochs == 8
+    assert parse(["sft", "--from-scratch", "--env", sokoban]).multi_move == 0.25
     assert parse(["sft", "--from-scratch", "--env", f"{sokoban}:2"]).epochs == 8
     assert parse(["sft", "--from-scratch", "--env", sokoban, "--epochs", "3"]).epochs == 3
     assert parse(["sft", "--from-scratch", "--env", demo]).epochs == ORGANISM_SFT["epochs"]
