@@ -35,7 +35,7 @@ import torch
 
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
-from ragen_envs.integrations.common import env_ids, seed_rows
+from ragen_envs.integrations.common import play_in_tokens, seed_rows
 
 try:
     from areal import workflow_context
@@ -56,38 +56,30 @@ class RagenWorkflow(RolloutWorkflow):
         self.env_kwargs = dict(env_kwargs or {})
 
     async def arun_episode(self, engine, data: dict[str, Any]) -> dict[str, torch.Tensor]:
-        tok, prefill, budget = self.tokenizer, self.chat_config.prefill, int(self.gconfig.max_tokens)
+        tok = self.tokenizer
         chat = ChatEnv(data["env_id"], self.chat_config, **{**self.env_kwargs, **data.get("env_kwargs", {})})
+
+        async def generate(ids):
+            resp = await engine.agenerate(ModelRequest(rid=uuid4().hex, input_ids=ids,
+                                                       gconfig=self.gconfig.new(n_samples=1), tokenizer=tok))
+            return resp.output_tokens, resp.output_logprobs, resp.output_versions
+
         try:
-            seq = chat_encoding.encode_chat(tok, chat.reset(seed=data.get("seed")))
-            seq += chat_encoding.tokenize(tok, prefill)
-            logprobs, loss_mask, versions = [0.0] * len(seq), [0] * len(seq), [-1] * len(seq)
-            while not chat.done and len(seq) < budget:
-                resp = await engine.agenerate(ModelRequest(rid=uuid4().hex, input_ids=list(seq),
-                                                           gconfig=self.gconfig.new(n_samples=1), tokenizer=tok))
-                out = list(resp.output_tokens)[:budget - len(seq)]
-                chat.step(prefill + tok.decode(out, skip_special_tokens=True))
-                seq += out
-                logprobs += list(resp.output_logprobs)[:len(out)]
-                loss_mask += [1] * len(out)
-                versions += list(resp.output_versions)[:len(out)]
-                if chat.done or len(seq) >= budget:
-                    break
-                env = env_ids(tok, out, chat.messages, prefill)[:budget - len(seq)]
-                seq += env
-                logprobs += [0.0] * len(env)
-                loss_mask += [0] * len(env)
-                versions += [-1] * len(env)
+            prompt = chat_encoding.encode_chat(tok, chat.reset(seed=data.get("seed")))
+            prompt += chat_encoding.tokenize(tok, self.chat_config.prefill)
+            # AReaL's budget, gconfig.max_tokens, counts the whole sequence
+            played = await play_in_tokens(chat, tok, prompt, int(self.gconfig.max_tokens), generate)
         finally:
             chat.close()
         stats_tracker.get(workflow_context.stat_scope()).scalar(
             reward=chat.episode_return, success=float(chat.success), num_turns=len(chat.turns))
-        trajectory = dict(input_ids=torch.tensor(seq, dtype=torch.int32),
-                          logprobs=torch.tensor(logprobs, dtype=torch.float32),
-                          loss_mask=torch.tensor(loss_mask, dtype=torch.int32),
-                          versions=torch.tensor(versions, dtype=torch.int32),
+        before = len(prompt)  # the prompt's tokens: no loss, no log-probability, no version
+        trajectory = dict(input_ids=torch.tensor(played.ids, dtype=torch.int32),
+                          logprobs=torch.tensor([0.0] * before + played.logprobs, dtype=torch.float32),
+                          loss_mask=torch.tensor([0] * before + played.mask, dtype=torch.int32),
+                          versions=torch.tensor([-1] * before + played.versions, dtype=torch.int32),
                           rewards=torch.tensor(chat.episode_return, dtype=torch.float32),
-                          attention_mask=torch.ones(len(seq), dtype=torch.bool))
+                          attention_mask=torch.ones(len(played.ids), dtype=torch.bool))
         return {k: v.unsqueeze(0) for k, v in trajectory.items()}
 
 

@@ -1,7 +1,9 @@
-"""What the adapters share: one dataset row per env seed (the episode's first chat prompt), and the
-template text between turns."""
+"""What the adapters share: one dataset row per env seed (the episode's first chat prompt), the
+template text between turns, and the episode played in token space against a framework's server."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from ragen_envs.agent import chat_encoding, vision
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
@@ -46,3 +48,40 @@ def as_reply(text: str, prefill: str) -> str:
     followed by the generated text. For frameworks that render the chat themselves, whose prompt cannot
     end with the prefill: a reply that opens with it already (the model wrote it) is taken as it is."""
     return text if not prefill or text.lstrip().startswith(prefill) else prefill + text
+
+
+@dataclass
+class TokenEpisode:
+    """An episode as one token sequence: the prompt, then replies and the env's messages between them."""
+    ids: list[int]
+    prompt_length: int
+    mask: list[int] = field(default_factory=list)  # per token after the prompt: 1 generated, 0 the env's
+    logprobs: list[float] = field(default_factory=list)  # the server's on generated tokens, 0.0 on the env's
+    versions: list[int] = field(default_factory=list)  # the policy version of generated tokens, -1 on the env's
+
+
+async def play_in_tokens(chat: ChatEnv, tokenizer, prompt_ids: list[int], limit: int, generate) -> TokenEpisode:
+    """Play ``chat``'s episode (reset already, its first prompt ``prompt_ids``, ending with the prefill) as
+    this project's ``RolloutRunner`` plays it: each reply is read as the prefill plus the generated text,
+    and the env's next message is appended in token space (``env_ids``) after it. ``generate(ids)`` is the
+    framework's server: it returns the reply's token ids, their log-probabilities and policy versions (None:
+    not reported). The sequence stops at ``limit`` tokens, the prompt's included, a reply cut there."""
+    prefill = chat.config.prefill
+    episode = TokenEpisode(list(prompt_ids), len(prompt_ids))
+    ids = episode.ids
+    while not chat.done and len(ids) < limit:
+        reply, logprobs, versions = await generate(list(ids))
+        reply = list(reply)[:limit - len(ids)]
+        chat.step(prefill + tokenizer.decode(reply, skip_special_tokens=True))
+        ids += reply
+        episode.mask += [1] * len(reply)
+        episode.logprobs += list(logprobs or [0.0] * len(reply))[:len(reply)]
+        episode.versions += list(versions or [-1] * len(reply))[:len(reply)]
+        if chat.done or len(ids) >= limit:
+            break
+        env = env_ids(tokenizer, reply, chat.messages, prefill)[:limit - len(ids)]
+        ids += env
+        episode.mask += [0] * len(env)
+        episode.logprobs += [0.0] * len(env)
+        episode.versions += [-1] * len(env)
+    return episode

@@ -28,7 +28,7 @@ from uuid import uuid4
 
 from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
-from ragen_envs.integrations.common import env_ids, seed_rows
+from ragen_envs.integrations.common import play_in_tokens, seed_rows
 
 try:
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -43,32 +43,23 @@ class RagenAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         episode = dict(kwargs.get("extra_info") or {})
         chat = ChatEnv(episode["env_id"], self.chat_config, **episode.get("env_kwargs", {}))
-        budget = int(self.rollout_config.response_length)
-        prefill = self.chat_config.prefill
-        prompt_ids = self._cap_text_prompt_length(
-            chat_encoding.encode_chat(self.tokenizer, chat.reset(seed=episode.get("seed")))
-            + chat_encoding.tokenize(self.tokenizer, prefill))
-        ids, mask, logprobs = list(prompt_ids), [], []
+
+        async def generate(ids):
+            output = await self.server_manager.generate(uuid4().hex, prompt_ids=ids, sampling_params=sampling_params)
+            return output.token_ids, output.log_probs, None
+
         try:
-            while not chat.done and len(mask) < budget:
-                output = await self.server_manager.generate(uuid4().hex, prompt_ids=ids,
-                                                            sampling_params=sampling_params)
-                reply_ids = list(output.token_ids)[:budget - len(mask)]
-                reply_logprobs = list(output.log_probs or [0.0] * len(reply_ids))[:len(reply_ids)]
-                chat.step(prefill + self.tokenizer.decode(reply_ids, skip_special_tokens=True))
-                ids += reply_ids
-                mask += [1] * len(reply_ids)
-                logprobs += reply_logprobs
-                if chat.done or len(mask) >= budget:
-                    break
-                env = env_ids(self.tokenizer, reply_ids, chat.messages, prefill)[:budget - len(mask)]
-                ids += env
-                mask += [0] * len(env)
-                logprobs += [0.0] * len(env)
+            prompt_ids = self._cap_text_prompt_length(
+                chat_encoding.encode_chat(self.tokenizer, chat.reset(seed=episode.get("seed")))
+                + chat_encoding.tokenize(self.tokenizer, self.chat_config.prefill))
+            # verl's budget counts response tokens (rollout.response_length), the env's included
+            played = await play_in_tokens(chat, self.tokenizer, prompt_ids,
+                                          len(prompt_ids) + int(self.rollout_config.response_length), generate)
         finally:
             chat.close()
-        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=ids[len(prompt_ids):], response_mask=mask,
-                               response_logprobs=logprobs, reward_score=chat.episode_return,
+        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=played.ids[len(prompt_ids):],
+                               response_mask=played.mask, response_logprobs=played.logprobs,
+                               reward_score=chat.episode_return,
                                num_turns=sum(m["role"] != "system" for m in chat.messages),
                                metrics=AgentLoopMetrics(), extra_fields={"success": chat.success})
 

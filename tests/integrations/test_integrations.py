@@ -115,3 +115,37 @@ def test_the_adapters_refuse_a_visual_env_in_one_line():
     with pytest.raises(ValueError, match="shows images; the framework adapters take text envs"):
         seed_rows(visual, 2)
     assert len(seed_rows(ENV, 2)) == 2
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_an_episode_played_in_tokens_is_the_local_one_and_stops_at_its_limit(tokenizer, cut):
+    """verl's and AReaL's adapters play through ``common.play_in_tokens`` (their framework tests check the
+    output formats): the episode is the local one, the lists align with the tokens, the limit holds."""
+    import asyncio
+
+    from ragen_envs.agent import ChatEnv, chat_encoding
+    from ragen_envs.integrations.common import play_in_tokens
+
+    generations = scripted_generations(3)
+    encoded = [tokenizer(g, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for g in generations]
+    replies = iter(encoded)
+    chat = ChatEnv(ENV)
+    prompt = chat_encoding.encode_chat(tokenizer, chat.reset(seed=3)) + chat_encoding.tokenize(tokenizer, PREFILL)
+
+    async def generate(ids):
+        reply = next(replies)
+        return reply, [-0.5] * len(reply), None
+
+    limit = len(prompt) + len(encoded[0]) + 3 if cut else 10**6  # cut: 3 env tokens after the first reply
+    played = asyncio.run(play_in_tokens(chat, tokenizer, prompt, limit, generate))
+    after = len(played.ids) - played.prompt_length
+    assert played.ids[:len(prompt)] == prompt and len(played.mask) == len(played.logprobs) == after
+    assert played.versions == [-1] * after  # none reported
+    assert [lp for m, lp in zip(played.mask, played.logprobs) if m] == [-0.5] * sum(played.mask)
+    assert not any(lp for m, lp in zip(played.mask, played.logprobs) if not m)
+    if cut:
+        assert len(played.ids) == limit and played.mask == [1] * len(encoded[0]) + [0] * 3
+        return
+    local = local_episode(3, generations)
+    assert chat.success and chat.episode_return == local.episode_return and len(chat.turns) == len(generations)
+    assert sum(played.mask) == sum(map(len, encoded)) and played.ids[-len(encoded[-1]):] == encoded[-1]
