@@ -9,6 +9,8 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
     python benchmarks/ragen_experiments.py slip-sweep          # run_frozen_lake_slipper_rate_sweep.sh
     python benchmarks/ragen_experiments.py gradient-analysis   # run_sokoban_ppo_filter_grad_analysis.sh,
                                                                # then its _probe_ckpt.sh on the final checkpoint
+    python benchmarks/ragen_experiments.py ablation            # the paper's Sokoban ablation table (which groups
+                                                               # the filter keeps, by which metric; no script)
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
 ``--include-zero``, ``--checkpoint-step``) and the findings flags (``--help``).
 
@@ -108,6 +110,27 @@ def gradient_analysis(args) -> list:
               "beta": 0.0, "entropy_coef": 0.001, **probing, "save_total_limit": None}) for algo in args.algos]
 
 
+ABLATION = {  # the filter of each arm of the paper's ablation, over the main table's top-p 0.9 softmax
+    "none": filtered(False),
+    "largest": filtered(True, include_zero=True),
+    "smallest": {**filtered(True, include_zero=True), "filter_order": "smallest"},
+    "mean": {**filtered(True, include_zero=True), "filter_metric": "mean"},
+    "entropy": {**filtered(True, include_zero=True), "filter_metric": "entropy"},
+}
+
+
+def ablation(args) -> list:
+    """The paper's Sokoban ablation (no script of RAGEN's): PPO as the main table runs it (KL off, entropy
+    0.001, top-p 0.9 over the softmax with zero-variance groups), with no filter, the largest reward std
+    kept (the paper's filter), the smallest, and the largest reward mean or token entropy instead."""
+    unknown = [v for v in args.values if v not in ABLATION]
+    if unknown:
+        raise SystemExit(f"ablation --values: {', '.join(unknown)} is not one of {', '.join(ABLATION)}")
+    return [(args.tasks[0], f"filter-{v}", {"filter": v},
+             {"algorithm": "ppo", **SOFTMAX, **ABLATION[v], "beta": 0.0, "kl_loss_type": "low_var_kl",
+              "entropy_coef": 0.001}) for v in args.values]
+
+
 # name: (cells, its RAGEN defaults: tasks, algorithms, values, filter modes, iterations (None: the preset's))
 EXPERIMENTS = {
     "main-table": (main_table, dict(tasks="sokoban,frozenlake,webshop,metamathqa,countdown",
@@ -118,6 +141,7 @@ EXPERIMENTS = {
     "slip-sweep": (slip_sweep, dict(tasks="frozenlake", values="1,0.5,0.2,0.1,0.05,0.02,0",
                                     filters="filter,nofilter")),
     "gradient-analysis": (gradient_analysis, dict(tasks="sokoban", algos="PPO", iterations=101)),
+    "ablation": (ablation, dict(tasks="sokoban", values=",".join(ABLATION))),
 }
 # the probe of a checkpoint (run_sokoban_ppo_filter_grad_analysis_probe_ckpt.sh): KL and entropy both on
 PROBE = {"beta": 0.001, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}
