@@ -145,8 +145,10 @@ class Trainer(TrainerBase):
         if self._needs_old_pass(len(batch.chosen)):  # only the micro-batches that hold kept samples
             pass_start = time.perf_counter()
             with gathered(self.scorer, self.sharded):
-                for b in batch.layout.batches_holding(batch.chosen):
-                    batch.stats[b] = batch.stats[b] or self._old_stats(batch.layout.batches[b])
+                todo = [b for b in batch.layout.batches_holding(batch.chosen) if batch.stats[b] is None]
+                for n, b in enumerate(todo):
+                    self._progress("no-grad pass: micro-batch", n, len(todo))
+                    batch.stats[b] = self._old_stats(batch.layout.batches[b])
             metrics["time/stats_s"] = metrics.get("time/stats_s", 0.0) + time.perf_counter() - pass_start
         advantages = alg.advantages(batch.layout, batch.chosen, "gae" if cfg.advantage == "gae" else "group",
                                     batch.stats, cfg.gamma, cfg.lam, cfg.scale_rewards,
@@ -350,7 +352,8 @@ class Trainer(TrainerBase):
                                 f"{prefix}/reward_std_min": float(spread.min()),
                                 f"{prefix}/reward_std_max": float(spread.max())})
                 for term, parts in gradient_probe.terms(cfg).items():
-                    step = self._backward(indices, batch.layout, batch.stats, advantages, parts)
+                    step = self._backward(indices, batch.layout, batch.stats, advantages, parts,
+                                          phase=f"gradient probe: {name}, {term} term, micro-batch")
                     if step is None:  # no generated token in the bucket
                         continue
                     norm = float(torch.nn.utils.clip_grad_norm_(policy_params, float("inf")))
@@ -408,10 +411,12 @@ class Trainer(TrainerBase):
         metrics["loss/updates"] = float(len(steps))
         return metrics
 
-    def _backward(self, indices, layout: Layout, stats, advantages, terms=None) -> dict[str, float] | None:
+    def _backward(self, indices, layout: Layout, stats, advantages, terms=None,
+                  phase: str | None = None) -> dict[str, float] | None:
         """The gradient of the loss of ``indices`` (this rank's share of an all-rank minibatch), from
         zero, summed over micro-batch backward passes; the loss parts (None: no rank has a generated
-        token, and nothing ran). ``terms``: backward only these ``loss_terms`` (default: all)."""
+        token, and nothing ran). ``terms``: backward only these ``loss_terms`` (default: all); ``phase``:
+        the progress shown per micro-batch (a minibatch of the update shows its own)."""
         cfg = self.config
         mb = cfg.micro_batch_size
         # micro-batches of like lengths pad less; the minibatch's loss is their sum, whatever the grouping
@@ -436,6 +441,8 @@ class Trainer(TrainerBase):
         if micro == 0:  # every sample left out: the gradient is zero, and the step still takes it
             self._idle_backward(layout.samples)
         for k in range(micro):
+            if phase:
+                self._progress(phase, k, micro)
             part = [int(i) for i in indices[k * mb:(k + 1) * mb]]
             if not part:  # this rank has run out: a pass that adds nothing
                 self._idle_backward(layout.samples)

@@ -447,7 +447,8 @@ def test_the_bar_moves_inside_long_phases(tokenizer, tmp_path, monkeypatch):
 
     monkeypatch.setattr("trainers.base.progress.bar", bar)
     monkeypatch.setattr("trainers.base.PROGRESS_EVERY_S", 0)  # every step shown (the tiny model's are fast)
-    cfg = config(tmp_path, filter="top_p", mini_batch_size=4, ppo_epochs=2, filter_metric="entropy")
+    cfg = config(tmp_path, filter="top_p", mini_batch_size=4, ppo_epochs=2, filter_metric="entropy",
+                 gradient_analysis_every=1)
     trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
     trainer.train()
 
@@ -460,6 +461,8 @@ def test_the_bar_moves_inside_long_phases(tokenizer, tmp_path, monkeypatch):
     assert all("left" in s for s in shown if s["phase"] == "update: minibatch" and s["step"] != f"0/{total}")
     micro = steps("no-grad pass: micro-batch")
     assert micro and micro[0].startswith("0/") and len(micro) == int(micro[0].split("/")[1])
+    probed = steps("gradient probe: all, task term, micro-batch")  # the probe's passes too
+    assert probed and probed == [f"{k}/{len(probed)}" for k in range(len(probed))]
     columns = steps("MI scoring: first turn column")
     assert columns and len(columns) == int(columns[0].split("/")[1]) >= 2
     # by default fast steps are shown at most every PROGRESS_EVERY_S, so a log file is not flooded
