@@ -440,6 +440,7 @@ class Trainer(TrainerBase):
         step: dict[str, float] = {}
         if micro == 0:  # every sample left out: the gradient is zero, and the step still takes it
             self._idle_backward(layout.samples)
+            step = {"loss/policy": 0.0, "loss/clip_frac": 0.0, "loss/total": 0.0}  # the task term's, exactly
         for k in range(micro):
             if phase:
                 self._progress(phase, k, micro)
