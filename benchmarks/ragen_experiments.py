@@ -226,14 +226,12 @@ def gradient_trends(out, folder, task: str, task_cells) -> dict:
     """Finding 4's numbers over the seeds: per probe (by iteration; the checkpoint probe, KL and entropy on,
     is the last) and loss term, each bucket's mean norm, and the rank correlation of the norm with the bucket
     (1: lowest reward std) with its t interval over seeds; to <task>-gradient-trends.json and .png."""
-    from trainers.metrics import PROBE_FILE, pyplot, read_metrics
+    from trainers.metrics import probe_buckets, probe_records, pyplot
 
     by_probe: dict[int, dict[str, list]] = {}  # iteration -> term or "reward_std" -> per seed, norms by bucket
     for cell in task_cells:
-        run = folder / cell[0] / "run"
-        for r in read_metrics(run) + read_metrics(run, PROBE_FILE):
-            buckets = sorted(int(k.split("/")[1][7:]) for k in r if k.startswith("grad_norm/bucket_")
-                             and k.endswith("/sample_count"))
+        for r in probe_records(folder / cell[0] / "run"):
+            buckets = probe_buckets(r)
             for term in ("task", "entropy", "kl", "reward_std_mean"):
                 if buckets and f"grad_norm/bucket_1/{term}" in r:
                     by_probe.setdefault(r["iteration"], {}).setdefault(term, []).append(

@@ -141,10 +141,12 @@ class TrainerBase:
                 self._resume_tensors = checkpoint.load(resume, self.model)
         eos = self.tokenizer.eos_token_id
         warm = collate([Sample([eos] * 2, [0, 1], 0, 0, 0.0, True)], self.tokenizer.pad_token_id)
+        # decided once: every forward pass autocasts by it (the CPU check reads /proc/cpuinfo)
+        self.bf16 = use_bf16(cfg.mixed_precision, self.device, self.model)
         self.train_scorer = distribute(self.scorer, self.model, self.world, self.sharded, self.device,
                                        lambda: self._token_outputs(self.scorer, warm),
                                        some_unused=self.processor is not None, cpu_offload=cfg.fsdp_cpu_offload,
-                                       bf16=use_bf16(cfg.mixed_precision, self.device, self.model))
+                                       bf16=self.bf16)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
         if self.value_head is not None:
             critic = [p for p in [*self.value_head.parameters(),
@@ -302,7 +304,7 @@ class TrainerBase:
 
     # == forward passes ===========================================================================
     def _autocast(self):
-        if use_bf16(self.config.mixed_precision, self.device, self.model):
+        if self.bf16:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 

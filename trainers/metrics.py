@@ -392,6 +392,18 @@ def _run_title(run_dir: Path) -> str:
 PROBE_FILE = "gradient_probe.jsonl"  # probes alone (--gradient-analysis-only), at the weights' iteration
 
 
+def probe_records(run_dir: str | Path) -> list[dict]:
+    """A run's gradient probes: the probed iterations of metrics.jsonl, then PROBE_FILE's probes alone."""
+    records = read_metrics(run_dir) + read_metrics(run_dir, PROBE_FILE)
+    return [r for r in records if "grad_norm/all/sample_count" in r]
+
+
+def probe_buckets(record: dict) -> list[int]:
+    """A probe's reward-std buckets (1: the lowest), as numbers."""
+    return sorted(int(k.split("/")[1][7:]) for k in record
+                  if k.startswith("grad_norm/bucket_") and k.endswith("/sample_count"))
+
+
 def plot_gradients(run_dir: str | Path, iterations: list[int] | None = None, out: str | Path | None = None,
                    scale: str = "") -> Path:
     """The gradient probe's norms against reward-std bucket (the paper's figure: the task norm rising with
@@ -399,8 +411,7 @@ def plot_gradients(run_dir: str | Path, iterations: list[int] | None = None, out
     iteration (``iterations``: those only; from metrics.jsonl and PROBE_FILE), to RUN_DIR/gradients.png.
     ``scale``: "" (the norm), "per_sample" or "per_token"."""
     run_dir = Path(run_dir)
-    records = read_metrics(run_dir) + read_metrics(run_dir, PROBE_FILE)
-    probed = [r for r in records if "grad_norm/all/sample_count" in r]
+    probed = probe_records(run_dir)
     if iterations:
         missing = sorted(set(iterations) - {r["iteration"] for r in probed})
         if missing:
@@ -418,8 +429,7 @@ def plot_gradients(run_dir: str | Path, iterations: list[int] | None = None, out
     fig, axes = plt.subplots(1, len(terms) + 1, figsize=(3.8 * (len(terms) + 1), 3.4), squeeze=False)
     seen = set()  # the buckets drawn, as the ticks (a locator puts fractions between one or two)
     for r in probed:
-        buckets = sorted((int(k.split("/")[1][7:]) for k in r if k.startswith("grad_norm/bucket_")
-                          and k.endswith("/sample_count")))
+        buckets = probe_buckets(r)
         seen.update(buckets)
         label = f"iteration {r['iteration']}"
         for ax, term in zip(axes[0], terms):

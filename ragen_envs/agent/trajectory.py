@@ -141,15 +141,15 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     returns = [t.episode_return for t in trajectories]
     mean = sum(returns) / n
     grounded = [turn.grounded for t in trajectories for turn in t.turns if turn.grounded is not None]
+    turns = sum(t.num_turns for t in trajectories)
     out = {
         "episodes": n,
         "success": sum(t.success for t in trajectories) / n,
         "return_mean": mean,
         "return_std": (sum((r - mean) ** 2 for r in returns) / n) ** 0.5,
         "format_valid": sum(t.format_valid for t in trajectories) / n,
-        "turns": sum(t.num_turns for t in trajectories) / n,
-        "actions_per_turn": sum(len(turn.actions) for t in trajectories for turn in t.turns)
-        / max(sum(t.num_turns for t in trajectories), 1),
+        "turns": turns / n,
+        "actions_per_turn": sum(len(turn.actions) for t in trajectories for turn in t.turns) / max(turns, 1),
         "response_length": sum(t.response_length for t in trajectories) / n,
     }
     if grounded:
