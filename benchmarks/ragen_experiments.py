@@ -11,6 +11,8 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
                                                                # then its _probe_ckpt.sh on the final checkpoint
     python benchmarks/ragen_experiments.py ablation            # the paper's Sokoban ablation table (which groups
                                                                # the filter keeps, by which metric; no script)
+    python benchmarks/ragen_experiments.py stress              # its stress tests: one reward-std quartile only,
+                                                               # the filter inside groups (no script)
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
 ``--include-zero``, ``--checkpoint-step``) and the findings flags (``--help``).
 
@@ -119,16 +121,31 @@ ABLATION = {  # the filter of each arm of the paper's ablation, over the main ta
 }
 
 
-def ablation(args) -> list:
+STRESS = {  # the paper's stress tests of the filter: one reward-std quartile of the groups only (q1: the
+    # highest), and the ablation's "largest" filter inside each group, over its trajectories' |R - mean|
+    **{f"q{q}": {**filtered(True, include_zero=True), "filter": "top_k", "filter_value": 0.25,
+                 "filter_skip": (q - 1) * 0.25} for q in range(1, 5)},
+    "trajectory": {**filtered(True, include_zero=True), "filter_level": "trajectory"},
+}
+
+
+def ablation(args, arms: dict = ABLATION) -> list:
     """The paper's Sokoban ablation (no script of RAGEN's): PPO as the main table runs it (KL off, entropy
     0.001, top-p 0.9 over the softmax with zero-variance groups), with no filter, the largest reward std
     kept (the paper's filter), the smallest, and the largest reward mean or token entropy instead."""
-    unknown = [v for v in args.values if v not in ABLATION]
+    unknown = [v for v in args.values if v not in arms]
     if unknown:
-        raise SystemExit(f"ablation --values: {', '.join(unknown)} is not one of {', '.join(ABLATION)}")
+        raise SystemExit(f"{args.experiment} --values: {', '.join(unknown)} is not one of {', '.join(arms)}")
     return [(args.tasks[0], f"filter-{v}", {"filter": v},
-             {"algorithm": "ppo", **SOFTMAX, **ABLATION[v], "beta": 0.0, "kl_loss_type": "low_var_kl",
+             {"algorithm": "ppo", **SOFTMAX, **arms[v], "beta": 0.0, "kl_loss_type": "low_var_kl",
               "entropy_coef": 0.001}) for v in args.values]
+
+
+def stress(args) -> list:
+    """The paper's stress tests on the ablation's settings: training on one quartile of the groups by reward
+    std, and the filter at the trajectory level (its prompt-level twin is the ablation's ``largest``, which
+    ``--values`` takes here too, as every ablation arm)."""
+    return ablation(args, {**ABLATION, **STRESS})
 
 
 # name: (cells, its RAGEN defaults: tasks, algorithms, values, filter modes, iterations (None: the preset's))
@@ -142,6 +159,7 @@ EXPERIMENTS = {
                                     filters="filter,nofilter")),
     "gradient-analysis": (gradient_analysis, dict(tasks="sokoban", algos="PPO", iterations=101)),
     "ablation": (ablation, dict(tasks="sokoban", values=",".join(ABLATION))),
+    "stress": (stress, dict(tasks="sokoban", values=",".join(STRESS))),
 }
 # the probe of a checkpoint (run_sokoban_ppo_filter_grad_analysis_probe_ckpt.sh): KL and entropy both on
 PROBE = {"beta": 0.001, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}

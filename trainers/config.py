@@ -11,7 +11,7 @@ from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 from ragen_envs.registry import ENVIRONMENTS
 from trainers import filtering
-from trainers.filtering import METRICS, ORDERS, PROB_MODES, STRATEGIES
+from trainers.filtering import LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES
 
 # The option sets live here, not beside their torch code, so the CLI builds its parser without torch.
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
@@ -140,6 +140,12 @@ class TrainerConfig:
     filter_prob_mode: Literal[PROB_MODES] = "linear"  # top_p over the scores themselves, or their softmax
     filter_order: Literal[ORDERS] = "largest"  # keep the highest scores, or the lowest (an ablation)
     include_zero: bool = True  # False: drop zero-score groups before ranking (RAGEN's rollout_filter_include_zero)
+    # top_k / top_k_abs: pass over this share of the ranked groups first (top_k 0.25 with skip 0.5 trains
+    # on the third reward-variance quartile only: the paper's quartile stress test)
+    filter_skip: float = 0.0
+    # prompt: rank the groups (the paper's filter); trajectory: keep every group and rank the trajectories
+    # inside each by |R - mean| (std) or (R - mean)^2 (variance), the paper's counter-example
+    filter_level: Literal[LEVELS] = "prompt"
     # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
     filter_empty_stop: int = bounded(5, min=0)
 
@@ -227,7 +233,10 @@ class TrainerConfig:
     def __post_init__(self):
         check_choices(self)  # every Literal-typed field against its choices
         check_bounds(self)  # every numeric field against the bounds declared with it
-        filtering.check(self.filter, self.filter_value, self.filter_prob_mode, self.filter_order)
+        filtering.check(self.filter, self.filter_value, self.filter_prob_mode, self.filter_order, self.filter_skip)
+        if self.filter_level == "trajectory" and self.filter_metric not in ("std", "variance"):
+            raise ValueError(f"filter_level='trajectory' scores each trajectory by its part of the group's reward "
+                             f"spread: filter_metric must be std or variance, got {self.filter_metric!r}")
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")

@@ -21,6 +21,13 @@ Selection (``select``), over the groups left after ``include_zero=False`` drops 
 - ``min_p``: groups with score >= rho * the best score (``order="smallest"``: <= the lowest / rho).
 - ``none``: every remaining group (DAPO's dynamic sampling is ``none`` with ``include_zero=False``).
 ``order="smallest"`` ranks the lowest scores first (the reference's ablation). Ties keep the lower index.
+``skip`` (top_k, top_k_abs): pass over the first ``int(skip * P)`` ranked groups before keeping, so
+``top_k`` 0.25 with skip 0.5 keeps the third quartile (the paper's stress test: one quartile only).
+
+Two levels (``LEVELS``): ``prompt`` ranks the groups, as above and as the paper's filter does;
+``trajectory`` keeps every group and applies the same rules inside each one to its trajectories, each
+scored by its part of the group's spread: |R - mean| for ``std``, (R - mean)^2 for ``variance``
+(``select_trajectories``; the paper's counter-example, which it finds collapses MI).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import numpy as np
 STRATEGIES = ("none", "top_p", "top_k", "top_k_abs", "min_p")
 PROB_MODES = ("linear", "softmax")
 ORDERS = ("largest", "smallest")
+LEVELS = ("prompt", "trajectory")
 REWARD_METRICS = ("std", "variance", "mean", "sum")
 METRICS = REWARD_METRICS + ("entropy", "entropy_std", "length")
 SELECTION_EPS = 0.01  # the reference's absolute tolerance on the linear top-p threshold
@@ -80,9 +88,10 @@ def scores_for(metric: str, returns, trajectories=(), layout=None, stats=None) -
 
 
 def select(scores, strategy: str = "top_p", value: float = 0.9, prob_mode: str = "linear",
-           order: str = "largest", include_zero: bool = True, eps: float = SELECTION_EPS) -> np.ndarray:
+           order: str = "largest", include_zero: bool = True, eps: float = SELECTION_EPS,
+           skip: float = 0.0) -> np.ndarray:
     """Sorted indices of the kept groups, from one score per group; empty when nothing is kept."""
-    check(strategy, value, prob_mode, order)
+    check(strategy, value, prob_mode, order, skip)
     scores = np.asarray(scores, dtype=float)
     indices = np.arange(len(scores))
     if not include_zero:
@@ -111,7 +120,8 @@ def select(scores, strategy: str = "top_p", value: float = 0.9, prob_mode: str =
         return np.sort(indices[ranked[:count]]) if total >= threshold else indices[:0]
     if strategy in ("top_k", "top_k_abs"):
         k = int(value * len(scores)) if strategy == "top_k" else int(value)
-        return np.sort(indices[ranked[:max(min(k, len(s)), 1)]])
+        ranked = ranked[int(skip * len(scores)):]
+        return np.sort(indices[ranked[:max(min(k, len(ranked)), 1)]]) if len(ranked) else indices[:0]
     if order == "largest":  # min_p
         keep = s >= s.max() * value - ZERO
     else:
@@ -119,7 +129,24 @@ def select(scores, strategy: str = "top_p", value: float = 0.9, prob_mode: str =
     return indices[keep]
 
 
-def check(strategy: str, value: float, prob_mode: str = "linear", order: str = "largest") -> None:
+def select_trajectories(returns, strategy: str = "top_p", value: float = 0.9, metric: str = "std",
+                        include_zero: bool = True, prob_mode: str = "linear", order: str = "largest",
+                        skip: float = 0.0) -> np.ndarray:
+    """The trajectory-level filter: a P x G mask of the kept trajectories, ``select`` run inside each group
+    on each trajectory's part of the group's spread (``std``: |R - mean|; ``variance``: its square)."""
+    if metric not in ("std", "variance"):
+        raise ValueError(f"the trajectory-level filter scores by std or variance, got {metric!r}")
+    returns = _returns(returns)
+    deviation = returns - returns.mean(axis=1, keepdims=True)
+    scores = np.abs(deviation) if metric == "std" else deviation ** 2
+    keep = np.zeros(returns.shape, dtype=bool)
+    for g, row in enumerate(scores):
+        keep[g, select(row, strategy, value, prob_mode, order, include_zero, skip=skip)] = True
+    return keep
+
+
+def check(strategy: str, value: float, prob_mode: str = "linear", order: str = "largest",
+          skip: float = 0.0) -> None:
     """A ValueError for a setting the selection rules do not take."""
     if strategy not in STRATEGIES:
         raise ValueError(f"filter strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -134,12 +161,18 @@ def check(strategy: str, value: float, prob_mode: str = "linear", order: str = "
             raise ValueError(f"top_k_abs keeps int(value) groups: value must be >= 1, got {value!r}")
     elif strategy in ("top_k", "min_p") and not value <= 1:
         raise ValueError(f"filter value (rho) must be in (0, 1] for {strategy}, got {value!r}")
+    if skip and strategy not in ("top_k", "top_k_abs"):
+        raise ValueError(f"filter skip passes over ranked groups before top_k or top_k_abs keeps some; "
+                         f"{strategy} takes no skip, got {skip!r}")
+    if not 0 <= skip < 1:
+        raise ValueError(f"filter skip is a share of the groups in [0, 1), got {skip!r}")
 
 
 def select_groups(returns, strategy: str = "top_p", value: float = 0.9, metric: str = "std",
-                  include_zero: bool = True, prob_mode: str = "linear", order: str = "largest") -> np.ndarray:
+                  include_zero: bool = True, prob_mode: str = "linear", order: str = "largest",
+                  skip: float = 0.0) -> np.ndarray:
     """``select`` on the ``group_scores`` of a P x G array of returns."""
-    return select(group_scores(returns, metric), strategy, value, prob_mode, order, include_zero)
+    return select(group_scores(returns, metric), strategy, value, prob_mode, order, include_zero, skip=skip)
 
 
 def filter_stats(returns, kept) -> dict[str, float]:

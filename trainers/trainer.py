@@ -52,7 +52,8 @@ from trainers import gradient_probe, mi, rewards
 from trainers.base import TrainerBase
 from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, full_weights, gathered
-from trainers.filtering import LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, scores_for, select
+from trainers.filtering import (LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, scores_for, select,
+                                select_trajectories)
 from trainers.metrics import GROUP_RV_FILE, append_csv
 from trainers.model import checkpointing
 
@@ -267,14 +268,20 @@ class Trainer(TrainerBase):
         # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
         scores = scores_for(cfg.filter_metric, returns, trajectories, layout, stats)
         scores = all_gather_rows(scores[:, None], self.world)[:, 0]
-        if training or cfg.gradient_analysis_filter:
-            kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order,
-                          cfg.include_zero)
-        else:  # the probe's own batch, whole
+        keep = None  # with filter_level="trajectory": the kept trajectories, all ranks' P x G
+        if not (training or cfg.gradient_analysis_filter):  # the probe's own batch, whole
             kept = np.arange(len(scores))
+        elif cfg.filter_level == "trajectory":
+            keep = select_trajectories(all_returns, cfg.filter, cfg.filter_value, cfg.filter_metric,
+                                       cfg.include_zero, cfg.filter_prob_mode, cfg.filter_order, cfg.filter_skip)
+            kept = np.flatnonzero(keep.any(axis=1))
+            metrics["filter/kept_trajectory_ratio"] = float(keep.mean())
+        else:
+            kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order,
+                          cfg.include_zero, skip=cfg.filter_skip)
         metrics.update(filter_stats(all_returns, kept))
         if not training:
-            return self._kept(layout, stats, kept, all_returns, groups)
+            return self._kept(layout, stats, kept, all_returns, groups, keep)
         # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
         if cfg.log_group_rv_table and self.rank == 0 and not cfg.exit_after_gradient_analysis:
             self._log_group_rv(all_returns, kept, runner)
@@ -284,11 +291,14 @@ class Trainer(TrainerBase):
             warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
                           f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "
                           "flat across prompts, so filtering is unlikely to help", stacklevel=2)
-        return self._kept(layout, stats, kept, all_returns, groups)
+        return self._kept(layout, stats, kept, all_returns, groups, keep)
 
-    def _kept(self, layout: Layout, stats, kept, returns, groups: int) -> "Prepared":
+    def _kept(self, layout: Layout, stats, kept, returns, groups: int, keep=None) -> "Prepared":
+        """``keep``: the trajectory-level filter's P x G mask (None: every trajectory of a kept group)."""
         mine = {int(g) - self.rank * groups for g in kept if self.rank * groups <= g < (self.rank + 1) * groups}
-        chosen = [i for i, s in enumerate(layout.samples) if s.group in mine]
+        flat = None if keep is None else keep[self.rank * groups:(self.rank + 1) * groups].reshape(-1)
+        chosen = [i for i, s in enumerate(layout.samples)  # trajectories in the order of the returns' rows
+                  if s.group in mine and (flat is None or flat[s.trajectory])]
         return Prepared(layout, stats, chosen, np.asarray(kept, dtype=int), returns, groups)
 
     # == the gradient probe ======================================================================

@@ -112,6 +112,20 @@ def test_the_ablation_arms_change_only_which_groups_the_filter_keeps():
         configs(["ablation", "--model", "m", "--values", "largest,random"])
 
 
+def test_the_stress_arms_keep_one_quartile_or_filter_inside_groups():
+    arms = {name.split("/")[1].rsplit("-seed", 1)[0]: c for name, c in configs(["stress", "--model", "m"]).items()}
+    assert list(arms) == ["filter-q1", "filter-q2", "filter-q3", "filter-q4", "filter-trajectory"]
+    quartiles = [picked(arms[f"filter-q{q}"], "filter", "filter_value", "filter_skip", "include_zero")
+                 for q in range(1, 5)]
+    assert quartiles == [("top_k", 0.25, skip, True) for skip in (0.0, 0.25, 0.5, 0.75)]
+    (largest,) = configs(["stress", "--model", "m", "--values", "largest"]).values()  # its prompt-level twin
+    trajectory = arms["filter-trajectory"]
+    assert (trajectory.filter_level, largest.filter_level) == ("trajectory", "prompt")
+    assert picked(trajectory, *FILTER) == picked(largest, *FILTER)
+    shared = ("algorithm", "beta", "entropy_coef", "num_iterations", "learning_rate", "rollout")
+    assert len({picked(c, *shared).__repr__() for c in [*arms.values(), largest]}) == 1
+
+
 def test_ragens_scale_with_a_model_and_the_organisms_without(tmp_path):
     ragen = configs(["kl-sweep", "--model", "m", "--values", "0"])["sokoban/kl0-seed0"]
     preset = TrainerConfig.from_preset("ragen2-main", env_for_task("sokoban"))

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from trainers.filtering import filter_stats, group_scores, per_group, reward_variance, select, select_groups
+from trainers.filtering import (check, filter_stats, group_scores, per_group, reward_variance, select, select_groups,
+                                select_trajectories)
 
 # Per row: std 0, 0.57735, 1.15470, 0 (sum 1.73205); variance 0, 1/3, 4/3, 0; mean 1, 0.5, 1, 5.
 RETURNS = np.array([[1, 1, 1, 1], [0, 1, 0, 1], [0, 2, 0, 2], [5, 5, 5, 5]], dtype=float)
@@ -119,3 +120,29 @@ def test_group_scores_from_lengths_and_token_entropies():
     assert scores_for("entropy", np.zeros((2, 2)), trajs, layout, stats).tolist() == [2.0, 2.0]
     assert scores_for("entropy_std", np.zeros((2, 2)), trajs, layout, stats).tolist() == pytest.approx([2 ** 0.5, 0])
     assert scores_for("std", np.array([[1.0, 3.0], [2.0, 2.0]])).tolist() == pytest.approx([2 ** 0.5, 0])
+
+
+def test_skip_keeps_one_quartile_at_a_time():
+    scores = [0.1, 0.8, 0.3, 0.0, 0.6, 0.2, 0.7, 0.4]  # ranked: 1, 6, 4, 7, 2, 5, 0, 3
+    quartiles = [select(scores, "top_k", 0.25, skip=q * 0.25).tolist() for q in range(4)]
+    assert quartiles == [[1, 6], [4, 7], [2, 5], [0, 3]]
+    assert select(scores, "top_k_abs", 3, skip=0.75).tolist() == [0, 3]  # only two are left
+    # without the zero: 1, 6, 4, 7 skipped (int(0.5 * 8), P counting every group, as k does), then 2, 5
+    assert select(scores, "top_k", 0.25, skip=0.5, include_zero=False).tolist() == [2, 5]
+    with pytest.raises(ValueError, match="takes no skip"):
+        check("top_p", 0.9, skip=0.25)
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        check("top_k", 0.25, skip=1.0)
+
+
+def test_the_trajectory_level_filter_ranks_inside_each_group():
+    returns = np.array([[0, 0, 0, 4], [1, 1, 1, 1], [3, 0, 1, 0]], dtype=float)
+    # |R - mean|: row 0 (mean 1): 1, 1, 1, 3 (sum 6); row 1: all 0; row 2 (mean 1): 2, 1, 0, 1 (sum 4)
+    keep = select_trajectories(returns, "top_p", 0.6)  # thresholds 3.59 (3 + 1) and 2.39 (2 + 1); 0 keeps none
+    assert keep.astype(int).tolist() == [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 0, 0]]
+    keep = select_trajectories(returns, "top_k", 0.5, include_zero=False)  # 2 each, zero deviations dropped
+    assert keep.astype(int).tolist() == [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 0, 0]]
+    squared = select_trajectories(returns, "top_p", 0.6, metric="variance")  # row 0: 1, 1, 1, 9 (9 >= 7.19)
+    assert squared[0].astype(int).tolist() == [0, 0, 0, 1]
+    with pytest.raises(ValueError, match="std or variance"):
+        select_trajectories(returns, metric="mean")

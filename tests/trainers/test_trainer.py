@@ -12,6 +12,7 @@ from ragen_envs.agent.trajectory import Trajectory, Turn
 from trainers import Trainer, TrainerConfig
 from trainers import algorithms as alg
 from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
+from trainers.filtering import select_trajectories
 from trainers.metrics import METRICS
 
 from tests.numerics import assert_same_gradients, record_gradients
@@ -271,6 +272,24 @@ def test_the_filter_ranks_by_other_scores(metric, tokenizer, tmp_path):
                       rollout_policy=SeededReplies(tokenizer))
     metrics = trainer.train()[0]
     assert metrics["filter/kept_groups"] == 1  # int(0.34 * 3)
+
+
+def test_the_trajectory_level_filter_trains_on_its_kept_trajectories(tokenizer, tmp_path):
+    cfg = config(tmp_path, filter="top_k", filter_value=0.5, filter_level="trajectory", include_zero=False)
+    trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    metrics: dict = {}
+    batch = trainer._prepare(trainer.runner.collect(), metrics)
+    keep = select_trajectories(batch.returns, "top_k", 0.5, include_zero=False)
+    assert keep.sum() > 0 and not keep.all(axis=1).any()  # some kept, none of a group whole (G = 4, k = 2)
+    trained = {batch.layout.samples[i].trajectory for i in batch.chosen}
+    assert trained == set(np.flatnonzero(keep.reshape(-1)).tolist())
+    assert batch.kept.tolist() == np.flatnonzero(keep.any(axis=1)).tolist()
+    assert metrics["filter/kept_trajectory_ratio"] == keep.mean()
+
+
+def test_the_trajectory_level_filter_needs_a_spread_metric(tmp_path):
+    with pytest.raises(ValueError, match="std or variance"):
+        config(tmp_path, filter="top_p", filter_level="trajectory", filter_metric="mean")
 
 
 def test_mi_follows_ragens_schedule(tokenizer, tmp_path):
