@@ -285,6 +285,51 @@ def gradient_trends(out, folder, task: str, task_cells) -> dict:
     return result
 
 
+# the arm the others are paired with, per experiment that has one; the figures compared (the paper's
+# ablation reports success, MI and entropy)
+REFERENCE = {"ablation": "none", "stress": "largest"}
+CONTRASTED = ("val_success", "retrieval_acc", "mi_est", "token_entropy")
+
+
+def contrasts(rows: list[dict], reference: str) -> dict:
+    """Per arm (``filter``) and figure: its mean with a t interval over seeds, and its difference from the
+    ``reference`` arm paired by seed (both arms of a seed start alike and play the same held-out
+    episodes); with quartile arms, each seed's rank correlation of the figure with the quartile (q1 = 1)."""
+    by = {(r["filter"], r["seed"]): r for r in rows}
+    arms = list(dict.fromkeys(r["filter"] for r in rows))
+    out = {}
+    for arm in arms:
+        seeds = sorted(seed for a, seed in by if a == arm)
+        out[arm] = {}
+        for key in CONTRASTED:
+            own = [by[arm, seed][key] for seed in seeds]
+            paired = [by[arm, seed][key] - by[reference, seed][key] for seed in seeds if (reference, seed) in by]
+            out[arm][key] = {"mean": findings.t_interval(own), f"minus_{reference}": findings.t_interval(paired),
+                             "seeds": len(own), "paired_seeds": len(paired)}
+    quartiles = [a for a in (f"q{q}" for q in range(1, 5)) if a in arms]
+    if len(quartiles) > 2:
+        seeds = sorted({seed for a, seed in by if a in quartiles})
+        whole = [seed for seed in seeds if all((a, seed) in by for a in quartiles)]
+        out["quartile_trend"] = {key: findings.t_interval(
+            [findings.spearman(np.arange(1, len(quartiles) + 1), [by[a, seed][key] for a in quartiles])
+             for seed in whole]) for key in CONTRASTED}
+    return out
+
+
+def contrasts_text(result: dict, reference: str) -> str:
+    """``contrasts``' figures, a line per arm: each figure's mean, then minus the reference's [interval]."""
+    lines = [f"arm: {', '.join(CONTRASTED)} (mean; minus {reference}, paired by seed [95 % t interval])"]
+    for arm, figures in result.items():
+        if arm == "quartile_trend":
+            lines.append("rank corr. with quartile: " + "; ".join(
+                f"{key} {m:+.2f} [{lo:+.2f}, {hi:+.2f}]" for key, (m, lo, hi) in figures.items()))
+            continue
+        lines.append(f"{arm}: " + "; ".join(
+            f"{key} {f['mean'][0]:.3f} ({f[f'minus_{reference}'][0]:+.3f} [{f[f'minus_{reference}'][1]:+.3f}, "
+            f"{f[f'minus_{reference}'][2]:+.3f}])" for key, f in figures.items()))
+    return "\n".join(lines)
+
+
 def plot(out, rows: list[dict], labels: list[str], title: str) -> None:
     """Each panel's mean over seeds (error bars: the t interval over them) per setting (its ``labels``), in
     the table's order; the untrained start beside the held-out success."""
@@ -337,6 +382,10 @@ def main(argv=None) -> list[dict]:
     findings.write_table(out, rows, (["task"] if "task" not in labels else []) + labels + COLUMNS, title)
     if rows:
         plot(out / f"{args.experiment}.png", rows, labels, title)
+    if any(r.get("filter") == REFERENCE.get(args.experiment) for r in rows):
+        result = contrasts(rows, REFERENCE[args.experiment])
+        (out / "contrasts.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(contrasts_text(result, REFERENCE[args.experiment]))
     settings = {f"{task}/{c[0]}": c[4] for task, t in by_task.items() for c in t}  # each cell's trainer fields
     (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     return rows

@@ -126,6 +126,20 @@ def test_the_stress_arms_keep_one_quartile_or_filter_inside_groups():
     assert len({picked(c, *shared).__repr__() for c in [*arms.values(), largest]}) == 1
 
 
+def test_contrasts_pair_each_arm_with_the_reference_by_seed():
+    success = {"largest": [0.4, 0.6], "q1": [0.5, 0.9], "q2": [0.3, 0.8], "q3": [0.2, 0.5], "q4": [0.1, 0.7]}
+    rows = [{"filter": arm, "seed": seed, **dict.fromkeys(rx.CONTRASTED, 0.0), "val_success": v}
+            for arm, values in success.items() for seed, v in enumerate(values)]
+    result = rx.contrasts(rows[:-1], "largest")  # q4's seed 1 missing: paired over seed 0 only
+    q1 = result["q1"]["val_success"]
+    assert q1["mean"][0] == pytest.approx(0.7) and q1["minus_largest"][0] == pytest.approx(0.2)  # +0.1, +0.3
+    assert q1["minus_largest"][1] < 0.2 < q1["minus_largest"][2] and q1["paired_seeds"] == 2
+    assert result["q4"]["val_success"]["paired_seeds"] == 1
+    trend = result["quartile_trend"]["val_success"]
+    assert trend[0] == pytest.approx(-1.0)  # only seed 0 has all four quartiles, and it falls monotonically
+    assert "q4: val_success 0.100 (-0.300" in rx.contrasts_text(result, "largest")
+
+
 def test_ragens_scale_with_a_model_and_the_organisms_without(tmp_path):
     ragen = configs(["kl-sweep", "--model", "m", "--values", "0"])["sokoban/kl0-seed0"]
     preset = TrainerConfig.from_preset("ragen2-main", env_for_task("sokoban"))
