@@ -382,10 +382,11 @@ def main(argv=None) -> list[dict]:
     findings.write_table(out, rows, (["task"] if "task" not in labels else []) + labels + COLUMNS, title)
     if rows:
         plot(out / f"{args.experiment}.png", rows, labels, title)
-    if any(r.get("filter") == REFERENCE.get(args.experiment) for r in rows):
-        result = contrasts(rows, REFERENCE[args.experiment])
+    reference = REFERENCE.get(args.experiment)
+    if reference and any(r.get("filter") == reference for r in rows):
+        result = contrasts(rows, reference)
         (out / "contrasts.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(contrasts_text(result, REFERENCE[args.experiment]))
+        print(contrasts_text(result, reference))
     settings = {f"{task}/{c[0]}": c[4] for task, t in by_task.items() for c in t}  # each cell's trainer fields
     (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     return rows

@@ -82,8 +82,8 @@ METRICS = [
            "is flat across prompts, filtering cannot pick informative ones", "RV spread (std/mean)", True),
     Metric("filter/kept_ratio", "kept", "share of prompt groups the SNR-aware filter keeps for the update",
            "", "Filter", True),
-    Metric("filter/kept_trajectory_ratio", "kept_trj", "with --filter-level trajectory: share of all trajectories "
-           "the filter keeps inside the groups", ""),
+    Metric("filter/kept_trajectory_ratio", "kept_trj", "share of the batch's trajectories the update trains on "
+           "(below the kept groups' share with --filter-level trajectory)", ""),
     Metric("filter/zero_variance_groups", "zero_rv", "prompt groups whose G rollouts all scored alike", "rises"),
     Metric("filter/skipped", "skipped", "1 when the filter kept nothing and the update was skipped", ""),
     Metric("loss/policy", "pg_loss", "clipped policy-gradient loss of the update", "", table=True),

@@ -275,11 +275,11 @@ class Trainer(TrainerBase):
             keep = select_trajectories(all_returns, cfg.filter, cfg.filter_value, cfg.filter_metric,
                                        cfg.include_zero, cfg.filter_prob_mode, cfg.filter_order, cfg.filter_skip)
             kept = np.flatnonzero(keep.any(axis=1))
-            metrics["filter/kept_trajectory_ratio"] = float(keep.mean())
         else:
             kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order,
                           cfg.include_zero, skip=cfg.filter_skip)
         metrics.update(filter_stats(all_returns, kept))
+        metrics["filter/kept_trajectory_ratio"] = metrics["filter/kept_ratio"] if keep is None else float(keep.mean())
         if not training:
             return self._kept(layout, stats, kept, all_returns, groups, keep)
         # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
