@@ -345,7 +345,7 @@ def run_summary(history: list[dict]) -> dict:
         "token_entropy": mean("policy/token_entropy", late),
         "reply_length": mean("rollout/response_length", late),
         "kept_ratio": mean("filter/kept_ratio", history),
-        "kept_trajectory_ratio": mean("filter/kept_trajectory_ratio", history),  # the trajectory-level filter's
+        "kept_trajectory_ratio": mean("filter/kept_trajectory_ratio", history),
     }
     for key in ("iteration", "rollout", "mi", "stats", "filter", "update"):
         out[f"{key}_s"] = mean(f"time/{key}_s", history)

@@ -234,9 +234,7 @@ class TrainerConfig:
         check_choices(self)  # every Literal-typed field against its choices
         check_bounds(self)  # every numeric field against the bounds declared with it
         filtering.check(self.filter, self.filter_value, self.filter_prob_mode, self.filter_order, self.filter_skip)
-        if self.filter_level == "trajectory" and self.filter_metric not in ("std", "variance"):
-            raise ValueError(f"filter_level='trajectory' scores each trajectory by its part of the group's reward "
-                             f"spread: filter_metric must be std or variance, got {self.filter_metric!r}")
+        filtering.check_level(self.filter_level, self.filter_metric)
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")

@@ -134,8 +134,7 @@ def select_trajectories(returns, strategy: str = "top_p", value: float = 0.9, me
                         skip: float = 0.0) -> np.ndarray:
     """The trajectory-level filter: a P x G mask of the kept trajectories, ``select`` run inside each group
     on each trajectory's part of the group's spread (``std``: |R - mean|; ``variance``: its square)."""
-    if metric not in ("std", "variance"):
-        raise ValueError(f"the trajectory-level filter scores by std or variance, got {metric!r}")
+    check_level("trajectory", metric)
     returns = _returns(returns)
     deviation = returns - returns.mean(axis=1, keepdims=True)
     scores = np.abs(deviation) if metric == "std" else deviation ** 2
@@ -166,6 +165,15 @@ def check(strategy: str, value: float, prob_mode: str = "linear", order: str = "
                          f"{strategy} takes no skip, got {skip!r}")
     if not 0 <= skip < 1:
         raise ValueError(f"filter skip is a share of the groups in [0, 1), got {skip!r}")
+
+
+def check_level(level: str, metric: str) -> None:
+    """A ValueError for a level the filter does not take, or a trajectory-level score other than a spread."""
+    if level not in LEVELS:
+        raise ValueError(f"filter level must be one of {LEVELS}, got {level!r}")
+    if level == "trajectory" and metric not in ("std", "variance"):
+        raise ValueError(f"the trajectory-level filter scores each trajectory by its part of the group's reward "
+                         f"spread: the metric must be std or variance, got {metric!r}")
 
 
 def select_groups(returns, strategy: str = "top_p", value: float = 0.9, metric: str = "std",

@@ -264,18 +264,17 @@ class Trainer(TrainerBase):
         training = runner is None
         runner = runner or self.runner
         groups = len(runner.group_envs)
-        returns = all_returns[self.rank * groups:(self.rank + 1) * groups]
-        # Across ranks the filter ranks every group of the global batch; each rank trains its own kept ones.
-        scores = scores_for(cfg.filter_metric, returns, trajectories, layout, stats)
-        scores = all_gather_rows(scores[:, None], self.world)[:, 0]
         keep = None  # with filter_level="trajectory": the kept trajectories, all ranks' P x G
         if not (training or cfg.gradient_analysis_filter):  # the probe's own batch, whole
-            kept = np.arange(len(scores))
+            kept = np.arange(len(all_returns))
         elif cfg.filter_level == "trajectory":
             keep = select_trajectories(all_returns, cfg.filter, cfg.filter_value, cfg.filter_metric,
                                        cfg.include_zero, cfg.filter_prob_mode, cfg.filter_order, cfg.filter_skip)
             kept = np.flatnonzero(keep.any(axis=1))
-        else:
+        else:  # across ranks the filter ranks every group of the global batch; each rank trains its own kept ones
+            returns = all_returns[self.rank * groups:(self.rank + 1) * groups]
+            scores = scores_for(cfg.filter_metric, returns, trajectories, layout, stats)
+            scores = all_gather_rows(scores[:, None], self.world)[:, 0]
             kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order,
                           cfg.include_zero, skip=cfg.filter_skip)
         metrics.update(filter_stats(all_returns, kept))
