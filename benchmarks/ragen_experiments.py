@@ -28,8 +28,10 @@ episodes (``findings.evaluate``) beside its untrained start on the same episodes
 The settings of each experiment are RAGEN's script's overrides (``EXPERIMENTS``). Departures: none in the
 settings; our KL estimates are unclipped (verl clips k3 to [-10, 10]); RAGEN's early stop on a failing
 validation is not here (the filter's empty-batch stop is, ``filter_empty_stop``).
-Outputs go to benchmarks/results/ragen-<experiment>[-quick]/: results.csv/json, <experiment>.png, and for
-the gradient analysis each run's gradients.png (``ragen plot --gradients``).
+Outputs go to benchmarks/results/ragen-<experiment>[-quick]/: results.csv/json, <experiment>.png; for the
+ablation, stress tests and sweeps contrasts.json (each arm minus the reference arm by seed, the trend over the
+quartiles or the swept values: ``REFERENCE``); for the gradient analysis each run's gradients.png (``ragen plot
+--gradients``).
 """
 
 from __future__ import annotations
@@ -287,32 +289,45 @@ def gradient_trends(out, folder, task: str, task_cells) -> dict:
 
 # the arm the others are paired with, per experiment that has one; the figures compared (the paper's
 # ablation reports success, MI and entropy)
-REFERENCE = {"ablation": "none", "stress": "largest"}
+# each experiment's setting (a label of its rows) and the arm the others are paired with
+REFERENCE = {"ablation": ("filter", "none"), "stress": ("filter", "largest"), "top-p-sweep": ("top_p", "nofilter"),
+             "kl-sweep": ("kl", "0"), "entropy-sweep": ("entropy", "0")}
 CONTRASTED = ("val_success", "retrieval_acc", "mi_est", "token_entropy")
 
 
-def contrasts(rows: list[dict], reference: str) -> dict:
-    """Per arm (``filter``) and figure: its mean with a t interval over seeds, and its difference from the
-    ``reference`` arm paired by seed (both arms of a seed start alike and play the same held-out
-    episodes); with quartile arms, each seed's rank correlation of the figure with the quartile (q1 = 1)."""
-    by = {(r["filter"], r["seed"]): r for r in rows}
-    arms = list(dict.fromkeys(r["filter"] for r in rows))
+def rank(arm: str) -> float | None:
+    """An arm's place on its setting's scale, for the trend: a quartile's number (q1 = 1, the highest
+    reward std) or a sweep's value; None for an arm off the scale (no filter, the prompt-level filter)."""
+    try:
+        return float(arm[1:]) if arm[:1] == "q" else float(arm)
+    except ValueError:
+        return None
+
+
+def contrasts(rows: list[dict], key: str, reference: str) -> dict:
+    """Per arm (the rows' ``key``) and figure: its mean with a t interval over seeds, and its difference from
+    the ``reference`` arm paired by seed (both arms of a seed start alike and play the same held-out
+    episodes); with three or more arms on a scale (``rank``), each seed's rank correlation of the figure
+    with it ("trend", over the seeds that have every such arm)."""
+    by = {(str(r[key]), r["seed"]): r for r in rows}
+    arms = list(dict.fromkeys(str(r[key]) for r in rows))
     out = {}
     for arm in arms:
         seeds = sorted(seed for a, seed in by if a == arm)
         out[arm] = {}
-        for key in CONTRASTED:
-            own = [by[arm, seed][key] for seed in seeds]
-            paired = [by[arm, seed][key] - by[reference, seed][key] for seed in seeds if (reference, seed) in by]
-            out[arm][key] = {"mean": findings.t_interval(own), f"minus_{reference}": findings.t_interval(paired),
-                             "seeds": len(own), "paired_seeds": len(paired)}
-    quartiles = [a for a in (f"q{q}" for q in range(1, 5)) if a in arms]
-    if len(quartiles) > 2:
-        seeds = sorted({seed for a, seed in by if a in quartiles})
-        whole = [seed for seed in seeds if all((a, seed) in by for a in quartiles)]
-        out["quartile_trend"] = {key: findings.t_interval(
-            [findings.spearman(np.arange(1, len(quartiles) + 1), [by[a, seed][key] for a in quartiles])
-             for seed in whole]) for key in CONTRASTED}
+        for figure in CONTRASTED:
+            own = [by[arm, seed][figure] for seed in seeds]
+            paired = [by[arm, seed][figure] - by[reference, seed][figure] for seed in seeds
+                      if (reference, seed) in by]
+            out[arm][figure] = {"mean": findings.t_interval(own), f"minus_{reference}": findings.t_interval(paired),
+                                "seeds": len(own), "paired_seeds": len(paired)}
+    scale = sorted((a for a in arms if rank(a) is not None), key=rank)
+    if len(scale) > 2:
+        seeds = sorted({seed for a, seed in by if a in scale})
+        whole = [seed for seed in seeds if all((a, seed) in by for a in scale)]
+        out["trend"] = {"arms": scale, **{figure: findings.t_interval(
+            [findings.spearman([rank(a) for a in scale], [by[a, seed][figure] for a in scale]) for seed in whole])
+            for figure in CONTRASTED}}
     return out
 
 
@@ -320,13 +335,14 @@ def contrasts_text(result: dict, reference: str) -> str:
     """``contrasts``' figures, a line per arm: each figure's mean, then minus the reference's [interval]."""
     lines = [f"arm: {', '.join(CONTRASTED)} (mean; minus {reference}, paired by seed [95 % t interval])"]
     for arm, figures in result.items():
-        if arm == "quartile_trend":
-            lines.append("rank corr. with quartile: " + "; ".join(
-                f"{key} {m:+.2f} [{lo:+.2f}, {hi:+.2f}]" for key, (m, lo, hi) in figures.items()))
+        if arm == "trend":
+            lines.append(f"rank corr. with {', '.join(figures['arms'])}: " + "; ".join(
+                f"{figure} {figures[figure][0]:+.2f} [{figures[figure][1]:+.2f}, {figures[figure][2]:+.2f}]"
+                for figure in CONTRASTED))
             continue
         lines.append(f"{arm}: " + "; ".join(
-            f"{key} {f['mean'][0]:.3f} ({f[f'minus_{reference}'][0]:+.3f} [{f[f'minus_{reference}'][1]:+.3f}, "
-            f"{f[f'minus_{reference}'][2]:+.3f}])" for key, f in figures.items()))
+            f"{figure} {f['mean'][0]:.3f} ({f[f'minus_{reference}'][0]:+.3f} [{f[f'minus_{reference}'][1]:+.3f}, "
+            f"{f[f'minus_{reference}'][2]:+.3f}])" for figure, f in figures.items()))
     return "\n".join(lines)
 
 
@@ -382,9 +398,9 @@ def main(argv=None) -> list[dict]:
     findings.write_table(out, rows, (["task"] if "task" not in labels else []) + labels + COLUMNS, title)
     if rows:
         plot(out / f"{args.experiment}.png", rows, labels, title)
-    reference = REFERENCE.get(args.experiment)
-    if reference and any(r.get("filter") == reference for r in rows):
-        result = contrasts(rows, reference)
+    key, reference = REFERENCE.get(args.experiment, (None, None))
+    if key and rows:  # without the reference arm among them, the trend still stands
+        result = contrasts(rows, key, reference)
         (out / "contrasts.json").write_text(json.dumps(result, indent=2) + "\n")
         print(contrasts_text(result, reference))
     settings = {f"{task}/{c[0]}": c[4] for task, t in by_task.items() for c in t}  # each cell's trainer fields

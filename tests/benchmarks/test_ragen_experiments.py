@@ -130,14 +130,27 @@ def test_contrasts_pair_each_arm_with_the_reference_by_seed():
     success = {"largest": [0.4, 0.6], "q1": [0.5, 0.9], "q2": [0.3, 0.8], "q3": [0.2, 0.5], "q4": [0.1, 0.7]}
     rows = [{"filter": arm, "seed": seed, **dict.fromkeys(rx.CONTRASTED, 0.0), "val_success": v}
             for arm, values in success.items() for seed, v in enumerate(values)]
-    result = rx.contrasts(rows[:-1], "largest")  # q4's seed 1 missing: paired over seed 0 only
+    result = rx.contrasts(rows[:-1], "filter", "largest")  # q4's seed 1 missing: paired over seed 0 only
     q1 = result["q1"]["val_success"]
     assert q1["mean"][0] == pytest.approx(0.7) and q1["minus_largest"][0] == pytest.approx(0.2)  # +0.1, +0.3
     assert q1["minus_largest"][1] < 0.2 < q1["minus_largest"][2] and q1["paired_seeds"] == 2
     assert result["q4"]["val_success"]["paired_seeds"] == 1
-    trend = result["quartile_trend"]["val_success"]
-    assert trend[0] == pytest.approx(-1.0)  # only seed 0 has all four quartiles, and it falls monotonically
+    trend = result["trend"]
+    assert trend["arms"] == ["q1", "q2", "q3", "q4"]  # the prompt-level filter is off the quartiles' scale
+    assert trend["val_success"][0] == pytest.approx(-1.0)  # only seed 0 has all four, and it falls steadily
     assert "q4: val_success 0.100 (-0.300" in rx.contrasts_text(result, "largest")
+
+
+def test_a_sweeps_trend_orders_its_values_as_numbers_and_leaves_nofilter_off_the_scale():
+    mi = {"nofilter": [0.9, 0.9], "0.4": [0.2, 0.3], "1.0": [0.8, 0.7], "0.95": [0.6, 0.6], "0.9": [0.5, 0.4]}
+    rows = [{"top_p": arm, "seed": seed, **dict.fromkeys(rx.CONTRASTED, 0.0), "retrieval_acc": v}
+            for arm, values in mi.items() for seed, v in enumerate(values)]
+    result = rx.contrasts(rows, "top_p", "nofilter")
+    assert result["trend"]["arms"] == ["0.4", "0.9", "0.95", "1.0"]
+    assert result["trend"]["retrieval_acc"][0] == pytest.approx(1.0)  # rises with top-p in both seeds
+    assert result["0.4"]["retrieval_acc"]["minus_nofilter"][0] == pytest.approx(-0.65)
+    assert "rank corr. with 0.4, 0.9, 0.95, 1.0: " in rx.contrasts_text(result, "nofilter")
+    assert rx.rank("q3") == 3 and rx.rank("0.001") == 0.001 and rx.rank("largest") is None
 
 
 def test_ragens_scale_with_a_model_and_the_organisms_without(tmp_path):
