@@ -287,9 +287,8 @@ def gradient_trends(out, folder, task: str, task_cells) -> dict:
     return result
 
 
-# the arm the others are paired with, per experiment that has one; the figures compared (the paper's
-# ablation reports success, MI and entropy)
-# each experiment's setting (a label of its rows) and the arm the others are paired with
+# per experiment that has one: its setting (a label of its rows) and the arm the others are paired with;
+# the figures compared (the paper's ablation reports success, MI and entropy)
 REFERENCE = {"ablation": ("filter", "none"), "stress": ("filter", "largest"), "top-p-sweep": ("top_p", "nofilter"),
              "kl-sweep": ("kl", "0"), "entropy-sweep": ("entropy", "0")}
 CONTRASTED = ("val_success", "retrieval_acc", "mi_est", "token_entropy")
