@@ -107,6 +107,10 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--finished-only", action="store_true",
                    help="train nothing: summarise the cells already finished (a sweep stopped part way); "
                         "those with a final checkpoint play --val-episodes where their result has another number")
+    p.add_argument("--reuse", action="append", default=[], metavar="FOLDER",
+                   help="another study's folder of finished cells (e.g. benchmarks/results/ragen-kl-sweep/sokoban): "
+                        "a cell or start here with the same model, training config, seed and held-out episodes as "
+                        "one there is copied from it, not trained (its copied_from says which); repeatable")
     p.add_argument("--workers", type=int, default=1,
                    help="cells trained at once, each in its own process on its share of the CPU cores")
     return p
@@ -352,6 +356,51 @@ def run_summary(history: list[dict]) -> dict:
     return out
 
 
+# where a run writes and how it logs and saves: not what it learns
+RUN_PLACE = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "allow_config_changes", "report_to",
+             "plot", "logging_steps", "save_strategy", "save_steps", "save_total_limit", "save_rollouts_steps")
+
+
+def trains_alike(stored: dict, config) -> bool:
+    """Whether a stored result's ``config`` (``TrainerConfig.to_dict``; fields added since take their defaults,
+    which keep the earlier behaviour) trains as ``config`` does: every field equal but ``RUN_PLACE``, and the KL
+    estimator only where KL is on (with beta 0 none is taken)."""
+    from trainers import TrainerConfig
+
+    def learns(c) -> dict:
+        d = json.loads(json.dumps(c.to_dict()))  # tuples as the stored lists
+        for key in RUN_PLACE + (("kl_loss_type",) if d["beta"] == 0 else ()):
+            d.pop(key)
+        return d
+    try:
+        other = TrainerConfig.from_dict(stored)
+    except (TypeError, ValueError):  # a field since removed or renamed, or a value no longer valid
+        return False
+    return learns(other) == learns(config)
+
+
+def reused(args, out: Path, name: str, same) -> dict | None:
+    """The first finished result in a ``--reuse`` folder for which ``same(its cell, result)`` holds, copied to
+    ``out/name`` with its cell renamed and ``copied_from`` naming the original; None where none is. The
+    folder's (or its study's) config.json must name this model."""
+    for folder in (Path(f).resolve() for f in getattr(args, "reuse", None) or ()):
+        records = [f / "config.json" for f in (folder, folder.parent) if (f / "config.json").is_file()]
+        if not records:
+            raise FileNotFoundError(f"--reuse {folder}: no config.json there or in its parent to say its model")
+        if (trained := json.loads(records[0].read_text()).get("model")) != args.model:
+            raise ValueError(f"--reuse {folder}: its cells trained {trained!r}, this study trains {args.model!r}")
+        for done in sorted(folder.glob("*/result.json")):
+            stored = json.loads(done.read_text())
+            if same(done.parent.name, stored):
+                result = {**stored, **({"cell": name} if "cell" in stored else {}), "copied_from": stored.get(
+                    "copied_from", f"{folder.parent.name}/{folder.name}/{done.parent.name}")}
+                (out / name).mkdir(parents=True, exist_ok=True)
+                (out / name / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+                print(f"{name}: copied from {result['copied_from']}", flush=True)
+                return result
+    return None
+
+
 def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args, seed: int) -> dict:
     """Train one cell and evaluate it, or read its finished result back. A finished cell evaluated on
     other than ``s.val_episodes`` held-out episodes is evaluated again from its final checkpoint (trained
@@ -376,6 +425,10 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
             result = {**stored, **evaluate(policy, env, config.rollout.env_kwargs, s, seed, chat=config.rollout.chat)}
             done.write_text(json.dumps(result, indent=2) + "\n")
             return result
+    copy = reused(args, out, name, lambda _, stored: stored.get("seed") == seed and "config" in stored
+                  and stored.get("val_episodes") == s.val_episodes and trains_alike(stored["config"], config))
+    if copy:
+        return copy
     rollout_policy = PolicyConfig("vllm", model).make() if args.backend == "vllm" else None
     # A cell stopped midway goes on from its last checkpoint (every CELL_SAVE_STEPS iterations), with the
     # metrics it would have had uninterrupted; its summary reads them all from the run folder.
@@ -392,10 +445,11 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     return result
 
 
-def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: int, chat=None) -> dict:
+def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: int, chat=None, args=None) -> dict:
     """The untrained model on the held-out episodes the cells of ``seed`` (and ``env_kwargs``, ``chat``) play:
-    what a run's lift is measured from, map by map. Kept in ``start[-<kwargs>]-seed<seed>/result.json`` and
-    played again where the episodes differ; ``policy`` is called to build the model only then."""
+    what a run's lift is measured from, map by map. Kept in ``start[-<kwargs>]-seed<seed>/result.json``, copied
+    from a ``--reuse`` folder's start of the same episodes, else played again where the episodes differ;
+    ``policy`` is called to build the model only then."""
     from ragen_envs.agent import ChatEnvConfig
 
     tag = "".join(f"-{k}{v}" for k, v in sorted(env_kwargs.items()))
@@ -408,6 +462,10 @@ def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: 
         stored = json.loads(done.read_text())
         if all(stored.get(k) == v for k, v in episodes.items()):
             return stored
+    copy = reused(args, out, done.parent.name, lambda cell, stored: cell == done.parent.name and all(
+        stored.get(k) == v for k, v in episodes.items()))
+    if copy:
+        return copy
     result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed, chat=chat), "commit": commit()}
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(result, indent=2) + "\n")
@@ -429,7 +487,7 @@ def with_starts(args, out: Path, model: str, cells: list, results: list[dict], e
             continue
         rollout = configs[k].rollout if configs else None
         kwargs, chat = (rollout.env_kwargs, rollout.chat) if rollout else (fields.get("env_kwargs", {}), None)
-        start = start_result(out, env, policy, kwargs, s, seed, chat)
+        start = start_result(out, env, policy, kwargs, s, seed, chat, args)
         rows.append({**result, "val_start_success": start["val_success"], "val_start_wins": start["val_wins"],
                      "val_lift": result["val_success"] - start["val_success"]})
     return rows

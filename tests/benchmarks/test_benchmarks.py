@@ -98,6 +98,36 @@ def test_a_finished_cell_asked_for_more_held_out_episodes_is_evaluated_again_fro
     assert (tmp_path / "gone" / "result-8-episodes.json").is_file()
 
 
+def test_a_cell_another_study_trained_alike_is_copied_not_trained(tmp_path, monkeypatch):
+    """``--reuse``: a finished cell of the same model, training config (where it wrote aside, and the KL
+    estimator with KL off), seed and held-out episodes is copied with its origin; any other difference trains."""
+    import argparse
+
+    import trainers
+
+    monkeypatch.setattr(trainers, "Trainer", lambda *a, **k: pytest.fail("trained"))
+    other = tmp_path / "kl-sweep" / "sokoban"
+    (other / "kl0-seed0").mkdir(parents=True)
+    (other.parent / "config.json").write_text(json.dumps({"model": "m"}))
+    config = replace(findings.trainer_config(findings.QUICK, 0, {}), beta=0.0, kl_loss_type="kl")
+    stored = {"cell": "kl0-seed0", "seed": 0, "val_success": 0.25, "val_episodes": findings.QUICK.val_episodes,
+              "config": replace(config, output_dir="elsewhere", save_steps=99).to_dict()}
+    (other / "kl0-seed0" / "result.json").write_text(json.dumps(stored))
+    args = argparse.Namespace(backend="transformers", device=None, model="m", reuse=[str(other)])
+    here = tmp_path / "entropy-sweep"
+    alike = replace(config, kl_loss_type="low_var_kl")  # unused with beta 0
+    result = findings.run_cell(here, "entropy0-seed0", SMOKE, "m", alike, findings.QUICK, args, 0)
+    assert result == {**stored, "cell": "entropy0-seed0", "copied_from": "kl-sweep/sokoban/kl0-seed0"}
+    assert json.loads((here / "entropy0-seed0" / "result.json").read_text()) == result
+    for name, cell_config, seed in (("kl", replace(config, beta=0.1), 0), ("seed", config, 1),
+                                    ("entropy", replace(config, entropy_coef=0.01), 0)):
+        with pytest.raises(pytest.fail.Exception, match="trained"):
+            findings.run_cell(here, name, SMOKE, "m", cell_config, findings.QUICK, args, seed)
+    with pytest.raises(ValueError, match="trained 'm', this study trains 'other'"):
+        findings.run_cell(here, "model", SMOKE, "other", config, findings.QUICK,
+                          argparse.Namespace(**{**vars(args), "model": "other"}), 0)
+
+
 def test_a_stopped_cell_goes_on_from_its_checkpoint_and_keeps_its_earlier_iterations(tmp_path, monkeypatch):
     import argparse
 
