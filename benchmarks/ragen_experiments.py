@@ -14,7 +14,8 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
     python benchmarks/ragen_experiments.py stress              # its stress tests: one reward-std quartile only,
                                                                # the filter inside groups (no script)
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
-``--include-zero``, ``--checkpoint-step``) and the findings flags (``--help``).
+``--include-zero``, ``--checkpoint-step``) and the findings flags (``--help``); ``--reuse FOLDER`` copies
+in the cells another study has trained alike (the entropy sweep's coefficient 0 is the KL sweep's 0).
 
 Scales. With ``--model`` (a real model; on a GPU with ``--backend vllm``): RAGEN's own, the ragen2-main
 preset for the task's env: 400 iterations (the gradient analysis 101) of 8 groups x 16, the env's turns
