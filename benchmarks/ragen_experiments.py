@@ -347,8 +347,9 @@ def contrasts_text(result: dict, reference: str) -> str:
 
 
 def plot(out, rows: list[dict], labels: list[str], title: str) -> None:
-    """Each panel's mean over seeds (error bars: the t interval over them) per setting (its ``labels``), in
-    the table's order; the untrained start beside the held-out success."""
+    """Each panel's mean over seeds per setting (its ``labels``), in the table's order, each seed's value as a
+    small dot beside it and, from three seeds, the t interval as error bars (with two, t = 12.7 makes the bars
+    dwarf the panel); the untrained start beside the held-out success."""
     from trainers.metrics import pyplot
 
     plt = pyplot()
@@ -358,10 +359,14 @@ def plot(out, rows: list[dict], labels: list[str], title: str) -> None:
     for ax, (key, heading) in zip(axes, PANELS):
         series = [(key, "o", None)] + ([("val_start_success", "k_", "untrained start")] if key == "val_success" else [])
         for offset, (column, style, legend) in enumerate(series):
-            stats = [findings.t_interval([r.get(column, float("nan")) for r in rows if name(r) == n]) for n in names]
+            values = [[r.get(column, float("nan")) for r in rows if name(r) == n] for n in names]
+            stats = [findings.t_interval(v) if len(v) > 2 else (np.mean(v), np.nan, np.nan) for v in values]
             mean = np.array([m for m, _, _ in stats])
             spread = np.nan_to_num([[m - lo for m, lo, _ in stats], [hi - m for m, _, hi in stats]])
-            ax.errorbar(np.arange(len(names)) + 0.15 * offset, mean, yerr=spread, fmt=style, capsize=3, label=legend)
+            x = np.arange(len(names)) + 0.15 * offset
+            bars = ax.errorbar(x, mean, yerr=spread, fmt=style, capsize=3, label=legend)
+            for at, seeds in zip(x, values):
+                ax.plot([at + 0.06] * len(seeds), seeds, ".", color=bars[0].get_color(), alpha=0.5, markersize=4)
         ax.set_xticks(range(len(names)), names, fontsize=7, rotation=90 if len(names) > 8 else 0)
         ax.set_title(heading)
         ax.grid(alpha=0.3)
