@@ -401,6 +401,14 @@ def reused(args, out: Path, name: str, same) -> dict | None:
     return None
 
 
+def metrics_file(out: Path, name: str) -> Path:
+    """A cell's metrics.jsonl: in its run folder, or a copied cell's in the one it was copied from (its
+    ``copied_from`` is under the folder both studies sit in)."""
+    done = out / name / "result.json"
+    source = json.loads(done.read_text()).get("copied_from") if done.is_file() else None
+    return (out.parent.parent / source if source else out / name) / "run" / "metrics.jsonl"
+
+
 def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args, seed: int) -> dict:
     """Train one cell and evaluate it, or read its finished result back. A finished cell evaluated on
     other than ``s.val_episodes`` held-out episodes is evaluated again from its final checkpoint (trained
@@ -491,6 +499,51 @@ def with_starts(args, out: Path, model: str, cells: list, results: list[dict], e
         rows.append({**result, "val_start_success": start["val_success"], "val_start_wins": start["val_wins"],
                      "val_lift": result["val_success"] - start["val_success"]})
     return rows
+
+
+# the proxies drawn over iterations (the MI z-score as RAGEN's code computes it, as in the results tables)
+CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi_code/mi_zscore_ema", "MI z-score EMA"),
+          ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("rollout/success", "training success"))
+SMOOTH = 5  # iterations in curves.png's moving mean: every iteration plays new maps
+
+
+def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> None:
+    """``CURVES`` over iterations: ``runs`` pairs each run's labels (its settings and ``seed``) with its
+    metrics.jsonl; a line per setting, the mean over its seeds at each iteration (then a moving mean), styled
+    by ``style(settings)`` (matplotlib keywords; default the colour cycle). Writes curves.csv (a row per run
+    and iteration) and curves.png; nothing where a file is missing (a fresh clone has no run folders)."""
+    from trainers.metrics import pyplot
+
+    if not runs or not all(path.is_file() for _, path in runs):
+        return
+    table = [{**labels, "iteration": record["iteration"], **{key: record.get(key, float("nan")) for key, _ in CURVES}}
+             for labels, path in runs
+             for record in map(json.loads, path.read_text().splitlines()) if "mi/retrieval_acc" in record]
+    with open(out / "curves.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(17, 3.8))
+    settings = list(dict.fromkeys(tuple((k, v) for k, v in labels.items() if k != "seed") for labels, _ in runs))
+    for setting in settings:
+        mine = [r for r in table if all(r[k] == v for k, v in setting)]
+        steps = sorted({r["iteration"] for r in mine})
+        for ax, (key, _) in zip(axes, CURVES):
+            means = [np.nanmean([r[key] for r in mine if r["iteration"] == i]) for i in steps]
+            window = min(SMOOTH, len(means)) or 1
+            ax.plot(steps[window - 1:], np.convolve(means, np.ones(window) / window, mode="valid"),
+                    label=" ".join(f"{k} {v}" for k, v in setting), **(style(dict(setting)) if style else {}))
+    for ax, (_, heading) in zip(axes, CURVES):
+        ax.set_title(heading)
+        ax.set_xlabel("iteration")
+    axes[0].legend(fontsize=7, ncol=2)
+    seeds = len({labels.get("seed") for labels, _ in runs})
+    over = "1 seed" if seeds == 1 else f"means over {seeds} seeds"
+    fig.suptitle(f"{title} ({over} and {SMOOTH} iterations, {len(runs)} runs)")
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=100)
+    plt.close(fig)
 
 
 def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> None:

@@ -17,7 +17,6 @@ to benchmarks/results/frozenlake_slip_sweep[-quick]/.
 
 from __future__ import annotations
 
-import csv
 import json
 
 import numpy as np
@@ -49,49 +48,14 @@ def gains(rows) -> list[dict]:
     return out
 
 
-# the MI z-score as RAGEN's code computes it, as in the results table (findings.run_summary)
-CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi_code/mi_zscore_ema", "MI z-score EMA"),
-          ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("rollout/success", "training success"))
-SMOOTH = 5  # iterations in curves.png's moving mean
-
-
 def curves(out, rows) -> None:
-    """The proxies over iterations per slip and filter (means over seeds), from the cells' run folders:
-    curves.csv and curves.png. Left as they are where a run folder is missing (a fresh clone has none)."""
-    runs = {(r["slip"], r["filter"], r["seed"]): out / r["cell"] / "run" / "metrics.jsonl" for r in rows}
-    if not runs or not all(path.is_file() for path in runs.values()):
-        return
-    table = [{"slip": slip, "filter": name, "seed": seed, "iteration": record["iteration"],
-              **{key: record.get(key, float("nan")) for key, _ in CURVES}}
-             for (slip, name, seed), path in runs.items()
-             for record in map(json.loads, path.read_text().splitlines()) if "mi/retrieval_acc" in record]
-    with open(out / "curves.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
-    plt = pyplot()
-
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(17, 3.8))
-    for k, slip in enumerate(SLIPS):
-        for name, style in zip(FILTERS, ("-", "--")):
-            mine = [r for r in table if r["slip"] == slip and r["filter"] == name]
-            steps = sorted({r["iteration"] for r in mine})
-            for ax, (key, _) in zip(axes, CURVES):
-                means = [np.nanmean([r[key] for r in mine if r["iteration"] == i]) for i in steps]
-                window = min(SMOOTH, len(means)) or 1  # every iteration plays new maps: a moving mean reads easier
-                smooth = np.convolve(means, np.ones(window) / window, mode="valid")
-                ax.plot(steps[window - 1:], smooth, style, color=plt.cm.plasma(0.85 * k / (len(SLIPS) - 1)),
-                        label=f"slip {slip} {name}")
-    for ax, (_, title) in zip(axes, CURVES):
-        ax.set_title(title)
-        ax.set_xlabel("iteration")
-    axes[0].legend(fontsize=7, ncol=2)
-    seeds = len({r["seed"] for r in rows})
-    over = "1 seed" if seeds == 1 else f"means over {seeds} seeds"
-    fig.suptitle(f"Slip sweep over iterations (solid: no filter, dashed: top-p; {over} and {SMOOTH} iterations, "
-                 f"{len(runs)} runs)")
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=100)
+    """The proxies over iterations per slip and filter (means over seeds), from the cells' run folders
+    (``findings.curves``): a colour per slip, solid without the filter, dashed with it."""
+    runs = [({"slip": r["slip"], "filter": r["filter"], "seed": r["seed"]}, out / r["cell"] / "run" / "metrics.jsonl")
+            for r in rows]
+    style = lambda arm: {"color": pyplot().cm.plasma(0.85 * SLIPS.index(arm["slip"]) / (len(SLIPS) - 1)),  # noqa: E731
+                         "linestyle": "-" if arm["filter"] == FILTERS[0] else "--"}
+    findings.curves(out, runs, "Slip sweep over iterations, solid: no filter, dashed: top-p", style)
 
 
 def plot(out, rows, gain) -> None:

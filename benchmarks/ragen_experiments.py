@@ -29,7 +29,8 @@ episodes (``findings.evaluate``) beside its untrained start on the same episodes
 The settings of each experiment are RAGEN's script's overrides (``EXPERIMENTS``). Departures: none in the
 settings; our KL estimates are unclipped (verl clips k3 to [-10, 10]); RAGEN's early stop on a failing
 validation is not here (the filter's empty-batch stop is, ``filter_empty_stop``).
-Outputs go to benchmarks/results/ragen-<experiment>[-quick]/: results.csv/json, <experiment>.png; for the
+Outputs go to benchmarks/results/ragen-<experiment>[-quick]/: results.csv/json, <experiment>.png, the proxies
+over iterations of every cell trained here (curves.csv/png, where the run folders are); for the
 ablation, stress tests and sweeps contrasts.json (each arm minus the reference arm by seed, the trend over the
 quartiles or the swept values: ``REFERENCE``); for the gradient analysis each run's gradients.png (``ragen plot
 --gradients``).
@@ -403,6 +404,10 @@ def main(argv=None) -> list[dict]:
     findings.write_table(out, rows, (["task"] if "task" not in labels else []) + labels + COLUMNS, title)
     if rows:
         plot(out / f"{args.experiment}.png", rows, labels, title)
+    # over iterations: every cell that has trained, a stopped one too (its line ends where it stopped)
+    runs = [({"task": task, **cell[1]} if len(by_task) > 1 else cell[1], findings.metrics_file(out / task, cell[0]))
+            for task, task_cells in by_task.items() for cell in task_cells]
+    findings.curves(out, [run for run in runs if run[1].is_file()], f"RAGEN's {args.experiment} over iterations")
     key, reference = REFERENCE.get(args.experiment, (None, None))
     if key and rows:  # without the reference arm among them, the trend still stands
         result = contrasts(rows, key, reference)

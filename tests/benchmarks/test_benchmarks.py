@@ -114,11 +114,13 @@ def test_a_cell_another_study_trained_alike_is_copied_not_trained(tmp_path, monk
               "config": replace(config, output_dir="elsewhere", save_steps=99).to_dict()}
     (other / "kl0-seed0" / "result.json").write_text(json.dumps(stored))
     args = argparse.Namespace(backend="transformers", device=None, model="m", reuse=[str(other)])
-    here = tmp_path / "entropy-sweep"
+    here = tmp_path / "entropy-sweep" / "sokoban"
     alike = replace(config, kl_loss_type="low_var_kl")  # unused with beta 0
     result = findings.run_cell(here, "entropy0-seed0", SMOKE, "m", alike, findings.QUICK, args, 0)
     assert result == {**stored, "cell": "entropy0-seed0", "copied_from": "kl-sweep/sokoban/kl0-seed0"}
     assert json.loads((here / "entropy0-seed0" / "result.json").read_text()) == result
+    assert findings.metrics_file(here, "entropy0-seed0") == other / "kl0-seed0" / "run" / "metrics.jsonl"
+    assert findings.metrics_file(here, "never-run") == here / "never-run" / "run" / "metrics.jsonl"
     for name, cell_config, seed in (("kl", replace(config, beta=0.1), 0), ("seed", config, 1),
                                     ("entropy", replace(config, entropy_coef=0.01), 0)):
         with pytest.raises(pytest.fail.Exception, match="trained"):

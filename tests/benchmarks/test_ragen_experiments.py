@@ -211,6 +211,9 @@ def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(
     assert (out / "sokoban-PPO-seed0-gradients.png").stat().st_size > 0
     assert (out / "gradient-analysis.png").stat().st_size > 0 and (out / "results.csv").is_file()
     assert "sokoban/PPO-seed0" in json.loads((out / "settings.json").read_text())
+    curves = (out / "curves.csv").read_text().splitlines()  # the run's proxies, at RAGEN's MI every 5: iteration 1
+    assert curves[0].startswith("algo,seed,iteration,mi/retrieval_acc") and curves[1].startswith("PPO,0,1,")
+    assert len(curves) == 2
     trends = json.loads((out / "sokoban-gradient-trends.json").read_text())
     assert list(trends) == ["1", "2", "3"] and "kl" in trends["3"] and "kl" not in trends["1"]
     again = rx.main(argv)  # read back: nothing trained, the probe not repeated
