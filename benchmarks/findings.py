@@ -466,12 +466,10 @@ def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: 
                 "max_new_tokens": s.max_new_tokens}
     if chat is not None and chat != ChatEnvConfig(max_turns=s.max_turns):  # recorded where not the default
         episodes["chat"] = asdict(chat)
-    if done.is_file():
-        stored = json.loads(done.read_text())
-        if all(stored.get(k) == v for k, v in episodes.items()):
-            return stored
-    copy = reused(args, out, done.parent.name, lambda cell, stored: cell == done.parent.name and all(
-        stored.get(k) == v for k, v in episodes.items()))
+    same = lambda stored: all(stored.get(k) == v for k, v in episodes.items())  # noqa: E731
+    if done.is_file() and same(stored := json.loads(done.read_text())):
+        return stored
+    copy = reused(args, out, done.parent.name, lambda cell, stored: cell == done.parent.name and same(stored))
     if copy:
         return copy
     result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed, chat=chat), "commit": commit()}

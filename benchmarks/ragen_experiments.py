@@ -361,7 +361,8 @@ def plot(out, rows: list[dict], labels: list[str], title: str) -> None:
         series = [(key, "o", None)] + ([("val_start_success", "k_", "untrained start")] if key == "val_success" else [])
         for offset, (column, style, legend) in enumerate(series):
             values = [[r.get(column, float("nan")) for r in rows if name(r) == n] for n in names]
-            stats = [findings.t_interval(v) if len(v) > 2 else (np.mean(v), np.nan, np.nan) for v in values]
+            stats = [(m, lo, hi) if len(v) > 2 else (m, np.nan, np.nan)
+                     for v, (m, lo, hi) in zip(values, map(findings.t_interval, values))]
             mean = np.array([m for m, _, _ in stats])
             spread = np.nan_to_num([[m - lo for m, lo, _ in stats], [hi - m for m, _, hi in stats]])
             x = np.arange(len(names)) + 0.15 * offset
