@@ -14,8 +14,9 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
     python benchmarks/ragen_experiments.py stress              # its stress tests: one reward-std quartile only,
                                                                # the filter inside groups (no script)
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
-``--include-zero``, ``--checkpoint-step``) and the findings flags (``--help``); ``--reuse FOLDER`` copies
-in the cells another study has trained alike (the entropy sweep's coefficient 0 is the KL sweep's 0).
+``--include-zero``, ``--kl-loss-type``, ``--checkpoint-step``) and the findings flags (``--help``); ``--reuse
+FOLDER`` copies in the cells another study has trained alike (the entropy sweep's coefficient 0 is the KL
+sweep's 0).
 
 Scales. With ``--model`` (a real model; on a GPU with ``--backend vllm``): RAGEN's own, the ragen2-main
 preset for the task's env: 400 iterations (the gradient analysis 101) of 8 groups x 16, the env's turns
@@ -46,6 +47,7 @@ import numpy as np
 
 import findings
 from ragen_envs.registry import env_for_task, ragen_tasks
+from trainers.config import KL_TYPES
 
 ALGORITHMS = {"PPO": "ppo", "DAPO": "dapo", "GRPO": "grpo", "DrGRPO": "drgrpo"}
 # every script's filter: top-p over the groups' reward std, largest first, whole groups, no loss scaling
@@ -71,19 +73,21 @@ def main_table(args) -> list:
 
 
 def top_p_sweep(args) -> list:
-    """run_top_p_sweep.sh: PPO on Sokoban, KL 0.001 (verl's plain estimate) and entropy 0.001; each top-p
-    value without zero-variance groups, and nofilter (1.0 with them): two different 1.0 conditions."""
+    """run_top_p_sweep.sh: PPO on Sokoban, KL 0.001 (``--kl-loss-type``, RAGEN's: verl's plain estimate) and
+    entropy 0.001; each top-p value without zero-variance groups, and nofilter (1.0 with them): two
+    different 1.0 conditions."""
     return [(args.tasks[0], f"top_p{v}", {"top_p": v},
              {"algorithm": "ppo", **SOFTMAX, **filtered(v != "nofilter", 1.0 if v == "nofilter" else float(v)),
-              "beta": 0.001, "kl_loss_type": "kl", "entropy_coef": 0.001}) for v in args.values]
+              "beta": 0.001, "kl_loss_type": args.kl_loss_type, "entropy_coef": 0.001}) for v in args.values]
 
 
 def kl_sweep(args) -> list:
-    """run_kl_sweep.sh: PPO on Sokoban, each KL coefficient (0: no reference pass), entropy 0, the filter
-    at top-p 1 (``--include-zero``: with zero-variance groups, RAGEN's default)."""
-    return [(args.tasks[0], f"kl{v}", {"kl": v, "include_zero": args.include_zero},
+    """run_kl_sweep.sh: PPO on Sokoban, each KL coefficient (0: no reference pass) by ``--kl-loss-type``,
+    entropy 0, the filter at top-p 1 (``--include-zero``: with zero-variance groups, RAGEN's default)."""
+    labels = {"kl_loss_type": args.kl_loss_type, "include_zero": args.include_zero}
+    return [(args.tasks[0], f"kl{v}", {"kl": v, **labels},
              {"algorithm": "ppo", **SOFTMAX, "filter_value": 1.0, "include_zero": args.include_zero,
-              "beta": float(v), "kl_loss_type": "kl", "entropy_coef": 0.0}) for v in args.values]
+              "beta": float(v), "kl_loss_type": args.kl_loss_type, "entropy_coef": 0.0}) for v in args.values]
 
 
 def entropy_sweep(args) -> list:
@@ -196,6 +200,10 @@ def parse_args(argv=None):
     p.add_argument("--values", type=listed(), default=None, help="the swept values (default: RAGEN's)")
     p.add_argument("--include-zero", action=argparse.BooleanOptionalAction, default=True,
                    help="KL and entropy sweeps: zero-variance groups kept (RAGEN's default) or dropped")
+    # RAGEN's sweep scripts keep verl's plain estimate (k1), whose loss has zero expected gradient: it adds
+    # noise, not a pull toward the reference; low_var_kl (k3) is the penalty the paper's argument is about
+    p.add_argument("--kl-loss-type", choices=KL_TYPES, default="kl",
+                   help="top-p and KL sweeps: the KL estimator (default: RAGEN's scripts' kl, k1)")
     p.add_argument("--probe-every", type=int, default=50, help="gradient analysis: the probe's iterations, "
                    "1, 1 + this, ... (RAGEN's gradient_analysis_every)")
     p.add_argument("--probe-whole", action="store_true", help="gradient analysis: probe every group of the "

@@ -65,6 +65,11 @@ def test_the_intervention_sweeps_change_one_axis_each_as_ragens_scripts_do():
     assert [c.beta for c in kl.values()] == [0, 0.001, 0.003, 0.01, 0.03, 0.1]
     assert {picked(c, "entropy_coef", "filter_value", "include_zero", "kl_loss_type") for c in kl.values()} == {
         (0.0, 1.0, False, "kl")}
+    k1, k3 = (configs(["kl-sweep", "--model", "m", "--values", "0,0.1", "--kl-loss-type", kind]).values()
+              for kind in ("kl", "low_var_kl"))
+    assert [picked(c, "beta", "kl_loss_type") for c in k3] == [(0.0, "low_var_kl"), (0.1, "low_var_kl")]
+    # with the KL off the estimator is never used: the k1 sweep's 0 serves the k3 sweep (--reuse)
+    assert [findings.trains_alike(a.to_dict(), b) for a, b in zip(k1, k3)] == [True, False]
     entropy = configs(["entropy-sweep", "--model", "m", "--values", "0,0.01"])
     assert [picked(c, "entropy_coef", "beta", "filter_value", "include_zero") for c in entropy.values()] == [
         (0.0, 0.0, 1.0, True), (0.01, 0.0, 1.0, True)]
