@@ -126,6 +126,10 @@ ABLATION = {  # the filter of each arm of the paper's ablation, over the main ta
     "smallest": {**filtered(True, include_zero=True), "filter_order": "smallest"},
     "mean": {**filtered(True, include_zero=True), "filter_metric": "mean"},
     "entropy": {**filtered(True, include_zero=True), "filter_metric": "entropy"},
+    # RAGEN's softmax over near-equal entropies keeps every group, so "entropy" is no filter in effect; this
+    # one keeps the 3 of 8 highest-entropy groups, as many as "largest" keeps on average (0.38)
+    "entropy_top_k": {**filtered(True, include_zero=True), "filter": "top_k", "filter_value": 0.375,
+                      "filter_metric": "entropy"},
 }
 
 
@@ -140,7 +144,8 @@ STRESS = {  # the paper's stress tests of the filter: one reward-std quartile of
 def ablation(args, arms: dict = ABLATION) -> list:
     """The paper's Sokoban ablation (no script of RAGEN's): PPO as the main table runs it (KL off, entropy
     0.001, top-p 0.9 over the softmax with zero-variance groups), with no filter, the largest reward std
-    kept (the paper's filter), the smallest, and the largest reward mean or token entropy instead."""
+    kept (the paper's filter), the smallest, and the largest reward mean or token entropy instead (by top-p,
+    and by entropy also as many groups as the reward-std filter keeps: ``entropy_top_k``)."""
     unknown = [v for v in args.values if v not in arms]
     if unknown:
         raise SystemExit(f"{args.experiment} --values: {', '.join(unknown)} is not one of {', '.join(arms)}")

@@ -106,11 +106,14 @@ def test_the_slip_sweep_and_the_gradient_analysis_are_ragens():
 
 def test_the_ablation_arms_change_only_which_groups_the_filter_keeps():
     arms = {name.split("/")[1].rsplit("-seed", 1)[0]: c for name, c in configs(["ablation", "--model", "m"]).items()}
-    assert list(arms) == ["filter-none", "filter-largest", "filter-smallest", "filter-mean", "filter-entropy"]
+    assert list(arms) == ["filter-none", "filter-largest", "filter-smallest", "filter-mean", "filter-entropy",
+                          "filter-entropy_top_k"]
     assert picked(arms["filter-none"], "filter_value", "include_zero") == (1.0, True)
     assert picked(arms["filter-largest"], *FILTER) == ("top_p", 0.9, True, "softmax", "largest", "std")
     assert picked(arms["filter-smallest"], "filter_order", "filter_metric") == ("smallest", "std")
     assert arms["filter-mean"].filter_metric == "mean" and arms["filter-entropy"].filter_metric == "entropy"
+    assert picked(arms["filter-entropy_top_k"], "filter", "filter_value", "filter_metric") == (
+        "top_k", 0.375, "entropy")
     shared = ("algorithm", "beta", "entropy_coef", "num_iterations", "learning_rate", "rollout")
     assert len({picked(c, *shared).__repr__() for c in arms.values()}) == 1
     with pytest.raises(SystemExit, match="not one of"):
