@@ -505,15 +505,16 @@ CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi_code/mi_zscor
 SMOOTH = 5  # iterations in curves.png's moving mean: every iteration plays new maps
 
 
-def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> None:
+def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> list[str]:
     """``CURVES`` over iterations: ``runs`` pairs each run's labels (its settings and ``seed``) with its
     metrics.jsonl; a line per setting, the mean over its seeds at each iteration (then a moving mean), styled
-    by ``style(settings)`` (matplotlib keywords; default the colour cycle). Writes curves.csv (a row per run
-    and iteration) and curves.png; nothing where a file is missing (a fresh clone has no run folders)."""
+    by ``style(settings)`` (matplotlib keywords; default the colour cycle) and named by the settings that
+    differ between lines. Writes curves.csv (a row per run and iteration) and curves.png, and returns the
+    lines' names; nothing where a file is missing (a fresh clone has no run folders)."""
     from trainers.metrics import pyplot
 
     if not runs or not all(path.is_file() for _, path in runs):
-        return
+        return []
     table = [{**labels, "iteration": record["iteration"], **{key: record.get(key, float("nan")) for key, _ in CURVES}}
              for labels, path in runs
              for record in map(json.loads, path.read_text().splitlines()) if "mi/retrieval_acc" in record]
@@ -524,14 +525,17 @@ def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> 
     plt = pyplot()
     fig, axes = plt.subplots(1, len(CURVES), figsize=(17, 3.8))
     settings = list(dict.fromkeys(tuple((k, v) for k, v in labels.items() if k != "seed") for labels, _ in runs))
-    for setting in settings:
+    # a label every line shares (the sweep's estimator, say) would only crowd the legend
+    shown = [k for k, _ in settings[0] if len({dict(s).get(k) for s in settings}) > 1] or [k for k, _ in settings[0]]
+    names = [" ".join(f"{k} {v}" for k, v in setting if k in shown) for setting in settings]
+    for setting, name in zip(settings, names):
         mine = [r for r in table if all(r[k] == v for k, v in setting)]
         steps = sorted({r["iteration"] for r in mine})
         for ax, (key, _) in zip(axes, CURVES):
             means = [np.nanmean([r[key] for r in mine if r["iteration"] == i]) for i in steps]
             window = min(SMOOTH, len(means)) or 1
             ax.plot(steps[window - 1:], np.convolve(means, np.ones(window) / window, mode="valid"),
-                    label=" ".join(f"{k} {v}" for k, v in setting), **(style(dict(setting)) if style else {}))
+                    label=name, **(style(dict(setting)) if style else {}))
     for ax, (_, heading) in zip(axes, CURVES):
         ax.set_title(heading)
         ax.set_xlabel("iteration")
@@ -542,6 +546,7 @@ def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> 
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=100)
     plt.close(fig)
+    return names
 
 
 def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> None:

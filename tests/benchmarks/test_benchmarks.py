@@ -232,8 +232,14 @@ def test_the_slip_sweeps_curves_come_from_the_run_folders_and_stay_put_without_t
     lines = (tmp_path / "curves.csv").read_text().splitlines()
     assert len(lines) == 1 + 10 * 7 and lines[0].startswith("slip,filter,seed,iteration,mi/retrieval_acc")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+    # each line is named by the settings that differ between lines, not by what all share
+    runs = [({"task": "frozenlake", "slip": r["slip"], "seed": 0}, tmp_path / r["cell"] / "run" / "metrics.jsonl")
+            for r in rows if r["filter"] == "none"]
+    assert findings.curves(tmp_path, runs, "t") == [f"slip {slip}" for slip in sweep.SLIPS]
+    assert findings.curves(tmp_path, runs[:1], "t") == ["task frozenlake slip 0.0"]  # one line: all it has
     (tmp_path / rows[0]["cell"] / "run" / "metrics.jsonl").unlink()
     (tmp_path / "curves.csv").write_text("kept")
+    assert findings.curves(tmp_path, runs, "t") == []
     sweep.curves(tmp_path, rows)
     assert (tmp_path / "curves.csv").read_text() == "kept"
 
