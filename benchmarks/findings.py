@@ -505,6 +505,12 @@ CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi_code/mi_zscor
 SMOOTH = 5  # iterations in curves.png's moving mean: every iteration plays new maps
 
 
+def telling(settings: list[dict], keys: list[str]) -> list[str]:
+    """The ``keys`` whose values differ between ``settings``, to name them by (a label every one shares, as a
+    sweep's KL estimator, only crowds a legend); all of them where none differ."""
+    return [k for k in keys if len({str(s.get(k)) for s in settings}) > 1] or list(keys)
+
+
 def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> list[str]:
     """``CURVES`` over iterations: ``runs`` pairs each run's labels (its settings and ``seed``) with its
     metrics.jsonl; a line per setting, the mean over its seeds at each iteration (then a moving mean), styled
@@ -525,8 +531,7 @@ def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> 
     plt = pyplot()
     fig, axes = plt.subplots(1, len(CURVES), figsize=(17, 3.8))
     settings = list(dict.fromkeys(tuple((k, v) for k, v in labels.items() if k != "seed") for labels, _ in runs))
-    # a label every line shares (the sweep's estimator, say) would only crowd the legend
-    shown = [k for k, _ in settings[0] if len({dict(s).get(k) for s in settings}) > 1] or [k for k, _ in settings[0]]
+    shown = telling([dict(setting) for setting in settings], [k for k, _ in settings[0]])
     names = [" ".join(f"{k} {v}" for k, v in setting if k in shown) for setting in settings]
     for setting, name in zip(settings, names):
         mine = [r for r in table if all(r[k] == v for k, v in setting)]

@@ -361,13 +361,14 @@ def contrasts_text(result: dict, reference: str) -> str:
 
 
 def plot(out, rows: list[dict], labels: list[str], title: str) -> None:
-    """Each panel's mean over seeds per setting (its ``labels``), in the table's order, each seed's value as a
-    small dot beside it and, from three seeds, the t interval as error bars (with two, t = 12.7 makes the bars
-    dwarf the panel); the untrained start beside the held-out success."""
+    """Each panel's mean over seeds per setting (its ``labels``, named by those that differ), in the table's
+    order, each seed's value as a small dot beside it and, from three seeds, the t interval as error bars
+    (with two, t = 12.7 makes the bars dwarf the panel); the untrained start beside the held-out success."""
     from trainers.metrics import pyplot
 
     plt = pyplot()
-    name = lambda row: "\n".join(str(row[k]) for k in labels)  # noqa: E731
+    shown = findings.telling(rows, labels)
+    name = lambda row: "\n".join(str(row[k]) for k in shown)  # noqa: E731
     names = list(dict.fromkeys(map(name, rows)))
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 4.2))
     for ax, (key, heading) in zip(axes, PANELS):

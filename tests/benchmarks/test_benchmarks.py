@@ -237,6 +237,8 @@ def test_the_slip_sweeps_curves_come_from_the_run_folders_and_stay_put_without_t
             for r in rows if r["filter"] == "none"]
     assert findings.curves(tmp_path, runs, "t") == [f"slip {slip}" for slip in sweep.SLIPS]
     assert findings.curves(tmp_path, runs[:1], "t") == ["task frozenlake slip 0.0"]  # one line: all it has
+    sweep_rows = [{"kl": v, "kl_loss_type": "low_var_kl", "seed": seed} for v in (0, 0.1) for seed in (0, 1)]
+    assert findings.telling(sweep_rows, ["kl", "kl_loss_type"]) == ["kl"]  # the sweep plot's tick names too
     (tmp_path / rows[0]["cell"] / "run" / "metrics.jsonl").unlink()
     (tmp_path / "curves.csv").write_text("kept")
     assert findings.curves(tmp_path, runs, "t") == []
