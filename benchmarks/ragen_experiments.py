@@ -34,7 +34,8 @@ Outputs go to benchmarks/results/ragen-<experiment>[-quick]/: results.csv/json, 
 over iterations of every cell trained here (curves.csv/png, where the run folders are); for the
 ablation, stress tests and sweeps contrasts.json (each arm minus the reference arm by seed, the trend over the
 quartiles or the swept values: ``REFERENCE``); for the gradient analysis each run's gradients.png (``ragen plot
---gradients``).
+--gradients``) and each cell's probes.jsonl (its probes' rows, beside result.json to commit, since the run
+folder stays local), from which the trends over seeds are read.
 """
 
 from __future__ import annotations
@@ -257,15 +258,26 @@ def probe(args, folder, model: str, env: str, cell, config) -> None:
     Trainer(model, env, probe_config, device=args.device).train()
 
 
+PROBES = "probes.jsonl"  # a cell's probe rows beside its result.json: the run folder is not committed
+
+
+def keep_probes(cell_folder) -> None:
+    """The run's probe rows (the trained iterations' and the checkpoint's), copied beside result.json."""
+    from trainers.metrics import probe_records
+
+    rows = probe_records(cell_folder / "run")
+    (cell_folder / PROBES).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def gradient_trends(out, folder, task: str, task_cells) -> dict:
     """Finding 4's numbers over the seeds: per probe (by iteration; the checkpoint probe, KL and entropy on,
     is the last) and loss term, each bucket's mean norm, and the rank correlation of the norm with the bucket
     (1: lowest reward std) with its t interval over seeds; to <task>-gradient-trends.json and .png."""
-    from trainers.metrics import probe_buckets, probe_records, pyplot
+    from trainers.metrics import probe_buckets, pyplot, read_metrics
 
     by_probe: dict[int, dict[str, list]] = {}  # iteration -> term or "reward_std" -> per seed, norms by bucket
     for cell in task_cells:
-        for r in probe_records(folder / cell[0] / "run"):
+        for r in read_metrics(folder / cell[0], PROBES):
             buckets = probe_buckets(r)
             for term in ("task", "entropy", "kl", "reward_std_mean"):
                 if buckets and f"grad_norm/bucket_1/{term}" in r:
@@ -280,6 +292,8 @@ def gradient_trends(out, folder, task: str, task_cells) -> dict:
             mean, low, high = findings.t_interval(rhos)
             result[str(iteration)][term] = {"bucket_means": np.mean([n[:width] for n in seeds], axis=0).tolist(),
                                             "spearman": rhos, "spearman_mean": mean, "interval": [low, high]}
+    if not result:
+        raise ValueError(f"{folder}: no gradient probe in the {PROBES} of {[cell[0] for cell in task_cells]}")
     (out / f"{task}-gradient-trends.json").write_text(json.dumps(result, indent=2) + "\n")
     plt = pyplot()
     terms = [t for t in ("task", "entropy", "kl", "reward_std_mean") if any(t in v for v in result.values())]
@@ -406,13 +420,16 @@ def main(argv=None) -> list[dict]:
         folder.mkdir(exist_ok=True)
         configure = partial(findings.preset_config, args, env)  # (scale, seed, fields) -> TrainerConfig
         rows += [{"task": task, **row} for row in findings.run_cells(args, folder, model, task_cells, env, configure)]
-        if args.experiment == "gradient-analysis" and not args.finished_only:
+        if args.experiment == "gradient-analysis":
             from trainers.metrics import plot_gradients
 
-            for cell in task_cells:
+            for cell in task_cells if not args.finished_only else []:
                 probe(args, folder, model, env, cell, configure(cell[2], cell[3], dict(cell[4])))
+                keep_probes(folder / cell[0])
                 print(plot_gradients(folder / cell[0] / "run", out=out / f"{task}-{cell[0]}-gradients.png"))
-            gradient_trends(out, folder, task, task_cells)
+            probed = [cell for cell in task_cells if (folder / cell[0] / PROBES).is_file()]
+            if probed:  # --finished-only: from the committed rows, the run folders may be gone
+                gradient_trends(out, folder, task, probed)
     labels = [k for k in dict.fromkeys(k for t in by_task.values() for c in t for k in c[1]) if k != "seed"]
     labels = (["task"] if len(by_task) > 1 and "task" not in labels else []) + labels
     title = f"RAGEN's {args.experiment} ({findings.preset_name(args)} scale; means over the later iterations)"

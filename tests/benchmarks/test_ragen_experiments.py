@@ -2,6 +2,7 @@
 organism's, and an experiment runs end to end, resumes, and probes its checkpoint."""
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -224,23 +225,32 @@ def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(
     assert len(curves) == 2
     trends = json.loads((out / "sokoban-gradient-trends.json").read_text())
     assert list(trends) == ["1", "2", "3"] and "kl" in trends["3"] and "kl" not in trends["1"]
+    kept = [json.loads(line) for line in (run.parent / rx.PROBES).read_text().splitlines()]  # to commit
+    assert [p["iteration"] for p in kept] == [1, 2, 3] and kept[2] == probes[0]
     again = rx.main(argv)  # read back: nothing trained, the probe not repeated
     assert again[0]["wall_s"] == rows[0]["wall_s"]
     assert len((run / "gradient_probe.jsonl").read_text().splitlines()) == 1
+    shutil.rmtree(run)  # a fresh clone: the trends come back from the committed rows alone
+    (out / "sokoban-gradient-trends.json").unlink()
+    rx.main(argv + ["--finished-only"])
+    assert json.loads((out / "sokoban-gradient-trends.json").read_text()) == trends
 
 
 def test_the_gradient_trends_rank_each_terms_norm_against_the_bucket_over_seeds(tmp_path):
     cells = []
     for seed, scale in enumerate((1.0, 2.0, 3.0)):
-        run = tmp_path / f"PPO-seed{seed}" / "run"
-        run.mkdir(parents=True)
+        cell = tmp_path / f"PPO-seed{seed}"
+        cell.mkdir()
         row = {"iteration": 1, "grad_norm/all/sample_count": 96.0}
         for b in range(1, 5):  # the task norm rises with the bucket, the entropy norm falls, in every seed
             row.update({f"grad_norm/bucket_{b}/sample_count": 24.0, f"grad_norm/bucket_{b}/task": scale * b,
                         f"grad_norm/bucket_{b}/entropy": 1.0 / b, f"grad_norm/bucket_{b}/reward_std_mean": b / 2})
-        (run / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+        (cell / rx.PROBES).write_text(json.dumps(row) + "\n")
         cells.append((f"PPO-seed{seed}",))
     trends = rx.gradient_trends(tmp_path, tmp_path, "sokoban", cells)["1"]
     assert trends["task"]["spearman"] == [1.0, 1.0, 1.0] and trends["task"]["bucket_means"] == [2.0, 4.0, 6.0, 8.0]
     assert trends["entropy"]["spearman_mean"] == -1.0 and "kl" not in trends
     assert (tmp_path / "sokoban-gradient-trends.png").stat().st_size > 0
+    (tmp_path / "PPO-seed0" / rx.PROBES).write_text("")
+    with pytest.raises(ValueError, match="no gradient probe"):
+        rx.gradient_trends(tmp_path, tmp_path, "sokoban", cells[:1])
