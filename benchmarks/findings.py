@@ -502,6 +502,8 @@ def with_starts(args, out: Path, model: str, cells: list, results: list[dict], e
 # the proxies drawn over iterations (the MI z-score as RAGEN's code computes it, as in the results tables)
 CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi_code/mi_zscore_ema", "MI z-score EMA"),
           ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("rollout/success", "training success"))
+# in curves.csv beside CURVES, not plotted: what a study's README quotes over iterations, checkable on a clone
+LOGGED = ("mi/mi_est", "policy/token_entropy", "rollout/response_length", "loss/kl")
 SMOOTH = 5  # iterations in curves.png's moving mean: every iteration plays new maps
 
 
@@ -515,13 +517,14 @@ def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> 
     """``CURVES`` over iterations: ``runs`` pairs each run's labels (its settings and ``seed``) with its
     metrics.jsonl; a line per setting, the mean over its seeds at each iteration (then a moving mean), styled
     by ``style(settings)`` (matplotlib keywords; default the colour cycle) and named by the settings that
-    differ between lines. Writes curves.csv (a row per run and iteration) and curves.png, and returns the
-    lines' names; nothing where a file is missing (a fresh clone has no run folders)."""
+    differ between lines. Writes curves.csv (a row per run and iteration, ``LOGGED`` too) and curves.png, and
+    returns the lines' names; nothing where a file is missing (a fresh clone has no run folders)."""
     from trainers.metrics import pyplot
 
     if not runs or not all(path.is_file() for _, path in runs):
         return []
-    table = [{**labels, "iteration": record["iteration"], **{key: record.get(key, float("nan")) for key, _ in CURVES}}
+    keys = [key for key, _ in CURVES] + list(LOGGED)
+    table = [{**labels, "iteration": record["iteration"], **{key: record.get(key, float("nan")) for key in keys}}
              for labels, path in runs
              for record in map(json.loads, path.read_text().splitlines()) if "mi/retrieval_acc" in record]
     with open(out / "curves.csv", "w", newline="") as f:

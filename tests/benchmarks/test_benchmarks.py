@@ -1,5 +1,6 @@
 """The findings scripts' shared pieces: resumable cells, run summaries, rank correlation."""
 
+import csv
 import json
 import math
 import subprocess
@@ -224,13 +225,16 @@ def test_the_slip_sweeps_curves_come_from_the_run_folders_and_stay_put_without_t
         for name in sweep.FILTERS:
             cell = f"slip{slip}-{name}-seed0"
             (tmp_path / cell / "run").mkdir(parents=True)
-            records = [{"iteration": i, "mi/retrieval_acc": 0.8 - slip * i / 10, "rollout/success": 0.5}
-                       for i in range(1, 8)] + [{"iteration": 8, "val/success": 0.3}]  # a validation-only record
+            records = [{"iteration": i, "mi/retrieval_acc": 0.8 - slip * i / 10, "rollout/success": 0.5,
+                        "loss/kl": 0.01 * i} for i in range(1, 8)]
+            records.append({"iteration": 8, "val/success": 0.3})  # a validation-only record
             (tmp_path / cell / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
             rows.append({"slip": slip, "filter": name, "seed": 0, "cell": cell})
     sweep.curves(tmp_path, rows)
     lines = (tmp_path / "curves.csv").read_text().splitlines()
     assert len(lines) == 1 + 10 * 7 and lines[0].startswith("slip,filter,seed,iteration,mi/retrieval_acc")
+    table = list(csv.DictReader(lines))  # the figures READMEs quote, beside those plotted
+    assert float(table[2]["loss/kl"]) == 0.03 and table[2]["mi/mi_est"] == "nan"
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     # each line is named by the settings that differ between lines, not by what all share
     runs = [({"task": "frozenlake", "slip": r["slip"], "seed": 0}, tmp_path / r["cell"] / "run" / "metrics.jsonl")
