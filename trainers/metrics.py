@@ -87,7 +87,7 @@ METRICS = [
     Metric("filter/zero_variance_groups", "zero_rv", "prompt groups whose G rollouts all scored alike", "rises"),
     Metric("filter/skipped", "skipped", "1 when the filter kept nothing and the update was skipped", ""),
     Metric("loss/policy", "pg_loss", "clipped policy-gradient loss of the update", "", table=True),
-    Metric("loss/kl", "KL", "k3 estimate of KL(policy || initial model) on the kept tokens", ""),
+    Metric("loss/kl", "KL", "KL(policy || initial model) on the kept tokens, by kl_loss_type (k3 by default)", ""),
     Metric("time/iteration_s", "sec", "wall seconds of the iteration", "", table=True),
 ]
 BY_KEY = {m.key: m for m in METRICS}
