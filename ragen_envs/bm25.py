@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, Hashable, Sequence
 
+from ragen_envs.once import build_once
+
 
 class BM25Index:
     def __init__(self, texts: Sequence[str]):
@@ -26,11 +28,16 @@ class BM25Index:
         return [(int(d), float(s)) for d, s in zip(docs[0], scores[0]) if s > 0]
 
 
-_INDEXES: dict[Hashable, BM25Index] = {}
+_TEXTS: dict[Hashable, Callable[[], Sequence[str]]] = {}
 
 
 def shared_index(key: Hashable, texts: Callable[[], Sequence[str]]) -> BM25Index:
-    """The index of the corpus named by ``key``, built from ``texts()`` the first time in this process."""
-    if key not in _INDEXES:
-        _INDEXES[key] = BM25Index(texts())
-    return _INDEXES[key]
+    """The index of the corpus named by ``key``, built from ``texts()`` the first time in this process
+    (once, however many threads ask at the same moment)."""
+    _TEXTS.setdefault(key, texts)
+    return _built_index(key)
+
+
+@build_once
+def _built_index(key: Hashable) -> BM25Index:
+    return BM25Index(_TEXTS[key]())

@@ -37,10 +37,10 @@ import random
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
 from pathlib import Path
 
 from ragen_envs.data import hash_split
+from ragen_envs.once import build_once
 from ragen_envs.deepcoder.runner import encode
 
 TOLERANCE = 1e-6
@@ -238,7 +238,7 @@ def unshown(tests: list[dict], prompt: str) -> list[dict]:
     return [t for t in tests if not any(_shows(text, args) for args in _calls_of(t))]
 
 
-@lru_cache(maxsize=1)
+@build_once
 def humaneval() -> tuple[Problem, ...]:
     """HumanEval's problems, each judged on the asserts its prompt does not show (``unshown``); a
     problem whose every assert the prompt shows (HumanEval/34) is left out."""
@@ -430,7 +430,7 @@ def generate(rng: random.Random, index: int = 0) -> Problem:
     return Problem(f"generated/{index}", statement, tests, solution)
 
 
-@lru_cache(maxsize=1)
+@build_once
 def builtin() -> tuple[Problem, ...]:
     """HumanEval and the generated problems (item i of the latter from ``Random(i)``)."""
     return humaneval() + tuple(generate(random.Random(i), i) for i in range(GENERATED_COUNT))

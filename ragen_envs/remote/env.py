@@ -6,8 +6,12 @@ It opens one session on the server and keeps the env contract of ``ragen_envs.ba
 ``instructions``, ``valid_actions``, ``parse_action``, ``oracle_action`` and ``oracle_reasoning``,
 spaces equal to the env's, and for a seed the same episode as the local env. So ``ChatEnv``, the
 rollout runner and the trainer take it unchanged (env id ``Ragen/Remote-v0`` with ``env_kwargs``
-``{"url": ..., "env_id": ...}``). The server's errors come back as ``RemoteEnvError`` with the
-server's status and code; a server that cannot be reached fails at once with a ``ConnectionError``.
+``{"url": ..., "env_id": ...}``). One difference: ``info`` holds only what the env lets an agent see
+(``LLMEnv.agent_info``, the contract's keys and the env's ``agent_info_keys``); the keys for the trainer
+(how far the answer is, whether the gold passage was found) stay on the server. The server's errors
+come back as ``RemoteEnvError`` with the server's status and code (``session_closed``: the server closed
+the session, idle past its timeout); a server that cannot be reached fails at once with a
+``ConnectionError``.
 
 Needs the ``server`` extra (``httpx``).
 """

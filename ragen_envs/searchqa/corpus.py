@@ -21,9 +21,8 @@ import ast
 import random
 import re
 from dataclasses import dataclass
-from functools import lru_cache
-
 from ragen_envs.data import hash_split
+from ragen_envs.once import build_once
 from ragen_envs.searchqa.scoring import normalise, reward
 
 
@@ -117,7 +116,7 @@ def _province(text: str) -> tuple[str, str | None]:
     return (match.group(1), match.group(2)) if match else (text.strip(), None)
 
 
-@lru_cache(maxsize=1)
+@build_once
 def build() -> tuple[tuple[Passage, ...], tuple[Question, ...]]:
     """(passages, questions) of the built-in data, built once per process."""
     countries = _countries()

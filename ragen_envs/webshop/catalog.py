@@ -15,8 +15,9 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
+
+from ragen_envs.once import build_once
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _goal(rng: random.Random, product: Product) -> Goal:
                 f"{' '.join(attrs)} {product.type}")
 
 
-@lru_cache(maxsize=1)
+@build_once
 def builtin_products() -> tuple[Product, ...]:
     rng = random.Random(20221)
     products, seen = [], set()

@@ -180,7 +180,79 @@ def test_a_client_that_sends_too_slowly_is_disconnected(log):
             time.sleep(3.0)
             assert client.post(f"/v1/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
     no_tracebacks(log)
-    assert sum("nothing read for" in r.getMessage() for r in log.records) == 3
+    assert sum("no whole request within" in r.getMessage() for r in log.records) == 3
+
+
+def trickle(sock: socket.socket, start: bytes, gap_s: float = 0.5, give_up_s: float = 20.0) -> bool:
+    """Send ``start``, then a byte every ``gap_s`` (each gap far inside the read deadline) until the server
+    closes the connection: True; False if it still reads after ``give_up_s``."""
+    sock.sendall(start)
+    sock.settimeout(gap_s)
+    end = time.monotonic() + give_up_s
+    while time.monotonic() < end:
+        try:
+            if sock.recv(1024) == b"":
+                return True
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            return True
+        try:
+            sock.sendall(b"a")
+        except (BrokenPipeError, ConnectionResetError):
+            return True
+    return False
+
+
+def test_a_request_trickled_a_byte_at_a_time_is_cut_at_the_deadline(log):
+    # Each gap (0.5 s) is within the 2 s deadline; the request as a whole is not: cut, not kept for 20 s.
+    with LiveServer(ServerConfig(envs=[SMOKE], read_timeout_s=2.0)) as live:
+        watch_uvicorn(log)
+        host, port = live.url.removeprefix("http://").split(":")
+        for start in (b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ",  # headers never ended
+                      b"POST /v1/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\n\r\n"):  # body
+            with socket.create_connection((host, int(port)), timeout=30) as slow:
+                assert trickle(slow, start), start
+        assert httpx.get(f"{live.url}/health", timeout=30).json()["status"] == "healthy"
+    no_tracebacks(log)
+
+
+def test_health_answers_beside_slow_clients_and_connections_over_the_cap_are_refused(log):
+    with LiveServer(ServerConfig(envs=[SMOKE], max_connections=24)) as live:
+        watch_uvicorn(log)
+        host, port = live.url.removeprefix("http://").split(":")
+        held = live.server.server_state.connections
+
+        def slow_clients(n):
+            socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(n)]
+            for sock in socks:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")  # and never the end of its headers
+            return socks
+
+        def wait_for(condition):
+            deadline = time.monotonic() + 30  # a bound for a loaded machine, not a timing claim
+            while not condition() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return condition()
+
+        slow = slow_clients(20)
+        assert wait_for(lambda: len(held) == 20)
+        assert httpx.get(f"{live.url}/health", timeout=30).json()["status"] == "healthy"  # many slow, one answer
+        slow += slow_clients(4)
+        assert wait_for(lambda: len(held) == 24)  # the cap, held by slow clients
+        with socket.create_connection((host, int(port)), timeout=10) as over:
+            reply = b""
+            while chunk := over.recv(4096):  # answered and closed at once, not queued
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 503") and b"too_many_connections" in reply
+        for sock in slow:
+            sock.close()
+        assert wait_for(lambda: not held)
+        assert httpx.get(f"{live.url}/health", timeout=30).json()["sessions"] == 0
+    no_tracebacks(log)
+    from ragen_envs.remote.server.app import connection_cap
+
+    assert connection_cap(2048, 256) == 192 and connection_cap(10, None) == 10  # descriptors kept for the rest
 
 
 EVIL = "http://evil.example"

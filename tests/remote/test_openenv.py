@@ -99,4 +99,4 @@ def test_bad_mcp_requests_get_json_rpc_errors(live, body, code):
     assert response.json()["error"]["code"] == code
     assert httpx.post(f"{live.url}/mcp", content=b"{not json").json()["error"]["code"] == -32700
     bad = tool(live, "reset", seed=-1)
-    assert bad["isError"] and "seed must be a non-negative integer" in bad["content"][0]["text"]
+    assert bad["isError"] and "seed: Input should be greater than or equal to 0" in bad["content"][0]["text"]

@@ -1,6 +1,7 @@
 """The env server (`ragen serve`) and its client `RemoteEnv`: the same episodes as local envs, OpenEnv's
 own client against it, and clear errors (never a crash) on bad input."""
 
+import asyncio
 import json
 import threading
 import time
@@ -19,6 +20,7 @@ from ragen_envs.registry import REMOTE_ID
 from ragen_envs.remote import RemoteEnv, RemoteEnvError
 from ragen_envs.remote.server import ServerConfig
 from ragen_envs.remote.server.app import create_app, server_config
+from ragen_envs.remote.server.sessions import ServeError, Sessions
 from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS, ScriptedPolicy
 
 SERVED = USABLE_IDS  # every catalogue env this machine can make
@@ -67,14 +69,16 @@ def app_client(**overrides) -> TestClient:
     return LocalClient(create_app(ServerConfig(**{"envs": [SMOKE], **overrides})))
 
 
-def play(env, seed: int, steps: int = 12) -> list:
-    """An episode of oracle moves with an invalid action and a repeat of the last seen action mixed in."""
+def play(env, seed: int, steps: int = 12, shown=None) -> list:
+    """An episode of oracle moves with an invalid action and a repeat of the last seen action mixed in;
+    ``shown``: the env's ``agent_info``, for a local env played as a server's client sees it."""
+    shown = shown or (lambda info: info)
     obs, info = env.reset(seed=seed)
-    record = [obs, info]
+    record = [obs, shown(info)]
     for k in range(steps):
         action = "not an action" if k == 2 else env.get_wrapper_attr("oracle_action")() or "1"
         obs, reward, terminated, truncated, info = env.step(action)
-        record += [action, obs, reward, terminated, truncated, info]
+        record += [action, obs, reward, terminated, truncated, shown(info)]
         if terminated or truncated:
             break
     return record
@@ -98,7 +102,7 @@ def test_a_remote_env_plays_the_local_episode(env_id):
         assert remote.observation_space == local.observation_space
         assert remote.valid_actions == local.get_wrapper_attr("valid_actions")
         for seed in (0, 7):
-            assert same(play(remote, seed), play(local, seed))
+            assert same(play(remote, seed), play(local, seed, shown=local.unwrapped.agent_info))
         assert remote.oracle_reasoning() == local.get_wrapper_attr("oracle_reasoning")()
         parse = local.get_wrapper_attr("parse_action")
         assert (remote.parse_action("nonsense!") is None) == (parse("nonsense!") is None)
@@ -180,7 +184,8 @@ def test_many_concurrent_sessions_keep_their_own_episodes(live):
 
     with ThreadPoolExecutor(16) as pool:
         remote = list(pool.map(episode, range(32)))
-    assert all(same(r, play(gym.make(SMOKE), seed)) for seed, r in enumerate(remote))
+    local = gym.make(SMOKE)
+    assert all(same(r, play(local, seed, shown=local.unwrapped.agent_info)) for seed, r in enumerate(remote))
 
 
 def error(response):
@@ -354,3 +359,150 @@ def test_no_page_needs_outside_assets(live):
     for path in ("/docs", "/redoc"):
         assert httpx.get(f"{live.url}{path}").status_code == 404
     assert "/v1/sessions" in httpx.get(f"{live.url}/openapi.json").json()["paths"]
+
+
+def mcp_tool(c, name, **arguments) -> dict:
+    """An MCP tool call's result (``structuredContent``, or ``isError`` and the text)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+    return c.post("/mcp", json=body).json()["result"]
+
+
+def ws_message(ws, kind: str, **data) -> dict:
+    ws.send_text(json.dumps({"type": kind, "data": data}))
+    return json.loads(ws.receive_text())
+
+
+# info keys that give the answer away: moves still needed, whether the gold passage was found
+ANSWERS = {"Ragen/RubiksCube-v0": ("distance", "optimal_solution_length"), "Ragen/SearchQA-v0": ("gold_retrieved",)}
+
+
+def oracle_infos(env_id: str, reset, step, seed: int = 3) -> list[dict]:
+    """The infos a client gets over an episode of the oracle's actions (a local env plays in lockstep and
+    names them); ``reset(seed)`` -> info and ``step(action)`` -> (info, done) speak one protocol."""
+    local = gym.make(env_id)
+    local.reset(seed=seed)
+    infos = [reset(seed)]
+    for _ in range(30):
+        action = local.get_wrapper_attr("oracle_action")()
+        local.step(action)
+        info, done = step(action)
+        infos.append(info)
+        if done:
+            break
+    return infos
+
+
+def protocol_infos(c, env_id: str) -> dict[str, list[dict]]:
+    """Each protocol's infos over the same oracle episode."""
+    remote = RemoteEnv(client=c, env_id=env_id)
+    out = {"rest": oracle_infos(env_id, lambda seed: remote.reset(seed=seed)[1],
+                                lambda a: (lambda r: (r[4], r[2] or r[3]))(remote.step(a)))}
+    mcp = {}
+
+    def mcp_reset(seed):
+        mcp.update(mcp_tool(c, "reset", env_id=env_id, seed=seed)["structuredContent"])
+        return mcp["info"]
+
+    def mcp_step(action):
+        data = mcp_tool(c, "step", session_id=mcp["session_id"], action=action)["structuredContent"]
+        return data["info"], data["terminated"] or data["truncated"]
+
+    out["mcp"] = oracle_infos(env_id, mcp_reset, mcp_step)
+    with c.websocket_connect(f"/envs/{env_id}/ws") as ws:
+        out["openenv"] = oracle_infos(
+            env_id, lambda seed: ws_message(ws, "reset", seed=seed)["data"]["observation"]["info"],
+            lambda a: (lambda r: (r["observation"]["info"], r["done"]))(ws_message(ws, "step", action=a)["data"]))
+    return out
+
+
+@pytest.mark.parametrize("env_id", [e for e in ANSWERS if e in USABLE_IDS])
+def test_answers_in_info_never_reach_a_client_on_any_protocol(env_id):
+    local = gym.make(env_id)
+    assert set(ANSWERS[env_id]) <= set(local.reset(seed=3)[1])  # in this process the info is whole
+    with app_client(envs=[env_id]) as c:
+        for protocol, infos in protocol_infos(c, env_id).items():
+            assert len(infos) >= 2 and infos[-1]["success"], protocol  # the oracle solved it, and said so
+            for info in infos:
+                assert "success" in info and not set(ANSWERS[env_id]) & set(info), (protocol, info)
+
+
+def test_the_session_cap_holds_across_protocols_and_after_reaping():
+    # Reaped sessions were still played by their WebSockets, so a capped server ran any number of envs.
+    with app_client(max_sessions=2, idle_timeout_s=2.0) as c:
+        sessions = c.app.state.sessions
+        with c.websocket_connect("/ws") as old_ws:
+            assert ws_message(old_ws, "reset", seed=0)["type"] == "observation"
+            old_sid = mcp_tool(c, "reset", seed=0)["structuredContent"]["session_id"]
+            assert error(c.post("/v1/sessions")) == (503, "capacity")
+            with c.websocket_connect("/ws") as refused:
+                assert json.loads(refused.receive_text())["data"]["code"] == "CAPACITY_REACHED"
+            for session in sessions.open.values():  # both idle for an hour: the reaper closes them
+                session.last_used -= 3600
+            deadline = time.monotonic() + 60  # the reaper looks every second
+            while c.get("/health").json()["sessions"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert c.get("/health").json()["sessions"] == 0
+            with c.websocket_connect("/ws") as new_ws:  # the two freed places, taken
+                assert ws_message(new_ws, "reset", seed=0)["type"] == "observation"
+                assert not mcp_tool(c, "reset", seed=0)["isError"]
+                reply = ws_message(old_ws, "step", action="Up")  # the reaped session's env is not played
+                assert reply["type"] == "error" and reply["data"]["code"] == "SESSION_CLOSED"
+                with pytest.raises(WebSocketDisconnect):
+                    old_ws.receive_text()  # and its connection ends
+                assert mcp_tool(c, "step", session_id=old_sid, action="Up")["isError"]
+                assert error(c.post("/v1/sessions")) == (503, "capacity")
+                assert c.get("/health").json()["sessions"] == len(sessions.open) == 2
+                assert ws_message(new_ws, "step", action="Up")["type"] == "observation"
+
+
+def test_a_session_closed_mid_call_counts_until_its_env_is_closed():
+    async def scenario(sessions, release):
+        sid, session = await sessions.create(None)
+        await sessions.reset(session, 0)
+        step = session.env.step
+        session.env.step = lambda action: (release.wait(60), step(action))[1]  # a slow step
+        stepping = asyncio.create_task(sessions.step(session, "Up"))
+        while not session.lock.locked():
+            await asyncio.sleep(0.01)
+        closing = asyncio.create_task(sessions.close(sid))
+        await asyncio.sleep(0.05)
+        with pytest.raises(ServeError, match="maximum"):  # the env still steps: alive, and counted
+            await sessions.create(None)
+        assert sessions.count() == 1
+        with pytest.raises(ServeError, match="no session"):
+            sessions.get(sid)  # but no new call may find it
+        release.set()
+        await stepping  # the call in flight finishes, then the env is closed
+        await closing
+        assert sessions.count() == 0
+        with pytest.raises(ServeError) as gone:
+            await sessions.step(session, "Up")  # whoever still holds it
+        assert gone.value.code == "session_closed"
+
+    sessions, release = Sessions(ServerConfig(envs=[SMOKE], max_sessions=1)), threading.Event()
+    try:
+        asyncio.run(scenario(sessions, release))
+    finally:
+        release.set()
+        sessions.shutdown()
+
+
+def test_call_and_seed_arguments_are_checked_alike_on_every_protocol():
+    with app_client() as c, c.websocket_connect("/ws") as ws:
+        sid = c.post("/v1/sessions").json()["session_id"]
+        c.post(f"/v1/sessions/{sid}/reset", json={"seed": 0})
+        for method, args in [("parse_action", [3]), ("parse_action", []), ("parse_action", ["Up", "Up"]),
+                             ("parse_action", [None]), ("oracle_action", [1])]:
+            response = c.post(f"/v1/sessions/{sid}/call/{method}", json={"args": args})
+            assert error(response) == (422, "invalid_request") and method in response.json()["error"]["message"]
+        assert c.post(f"/v1/sessions/{sid}/call/parse_action", json={"args": ["Up"]}).status_code == 200
+        for seed in (2**64, 10**30, -1, True, "3", 1.5):
+            assert error(c.post(f"/v1/sessions/{sid}/reset", json={"seed": seed})) == (422, "invalid_request")
+            refused = mcp_tool(c, "reset", seed=seed)
+            assert refused["isError"] and "seed" in refused["content"][0]["text"], seed
+            assert ws_message(ws, "reset", seed=seed)["data"]["code"] == "VALIDATION_ERROR", seed
+        largest = 2**64 - 1
+        assert c.post(f"/v1/sessions/{sid}/reset", json={"seed": largest}).status_code == 200
+        assert not mcp_tool(c, "reset", seed=largest)["isError"]
+        assert ws_message(ws, "reset", seed=largest)["type"] == "observation"
+        assert c.get("/health").json()["sessions"] == 3  # nothing refused opened a session

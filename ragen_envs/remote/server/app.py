@@ -21,11 +21,14 @@ env and at ``/envs/{env_id}/ws`` for each env, one session per connection: messa
 ``{"type": "reset" | "step" | "state" | "close", "data": {...}}``, a step's data ``{"action": "..."}``,
 and replies ``{"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}``.
 
-Limits, so that no request can take the server down: at most ``max_sessions`` sessions (one more is
-refused with 503 and code ``capacity``), sessions idle for ``idle_timeout_s`` are closed, request
-bodies and WebSocket messages over ``max_request_bytes`` get 413, env calls run on a bounded thread
-pool per served env (a slow env queues behind itself, not in front of the others) and calls on one
-session run one at a time. Errors are JSON ``{"error": {"code", "message"}}``
+Limits, so that no request can take the server down: at most ``max_sessions`` sessions on all protocols
+together (one more is refused with 503 and code ``capacity``; ``/health`` counts the envs alive), sessions
+idle for ``idle_timeout_s`` are closed (a WebSocket that still holds one gets ``SESSION_CLOSED``), request
+bodies and WebSocket messages over ``max_request_bytes`` get 413, a request must arrive whole within
+``read_timeout_s`` and at most ``max_connections`` connections are open at once (``TimedH11``), env calls
+run on a bounded thread pool per served env (a slow env queues behind itself, not in front of the others)
+and calls on one session run one at a time. Clients see of ``info`` only what the env lets an agent see
+(``LLMEnv.agent_info``). Errors are JSON ``{"error": {"code", "message"}}``
 with a 4xx status for the client's mistakes (401 token, 404 unknown session/env/method, 409 step
 before reset, 400 malformed JSON or a value the env refuses, 422 a wrong field). With ``token`` set,
 every request but ``/health`` needs ``Authorization: Bearer TOKEN``.
@@ -187,7 +190,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
         finally:
             task.cancel()
             for sid in list(sessions.open):
-                await sessions.close(sid)
+                await sessions.close(sid, "the server is stopping")
             sessions.shutdown()
 
     # No /docs or /redoc: their pages load from a CDN (blank offline); /openapi.json is the schema.
@@ -239,9 +242,14 @@ def serve(config: ServerConfig) -> None:
             gym.make(env_id, **config.env_kwargs.get(env_id, {})).close()
         except (TypeError, ValueError, gym.error.Error) as error:
             raise ValueError(f"{env_id} {config.env_kwargs.get(env_id, {})}: {error}") from None
+    limit = file_limit(raise_to=files_for(config.max_connections))  # before server_config reads it
     sock = bind(config.host, config.port)  # a taken port is reported before "serving"
     print(f"serving {', '.join(config.envs)} on http://{config.host}:{config.port} (at most {config.max_sessions} "
           f"sessions{', token required' if config.token else ''}); Ctrl-C stops")
+    cap = connection_cap(config.max_connections, limit)
+    if cap < config.max_connections:
+        print(f"at most {cap} connections at once, not {config.max_connections}: the open-file limit is {limit} "
+              f"(ulimit -n; {files_for(config.max_connections)} would do)")
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.token:
         print(f"warning: serving on {config.host} without a token: anyone who reaches it can run envs")
     if config.host in ("0.0.0.0", "::", "") and not config.allowed_hosts:
@@ -255,46 +263,126 @@ def serve(config: ServerConfig) -> None:
 
 
 def server_config(config: ServerConfig, **overrides) -> uvicorn.Config:
-    """uvicorn's settings for ``config``'s app: message size, keep-alive, and the read deadline."""
+    """uvicorn's settings for ``config``'s app: message size, keep-alive, the request deadline and the
+    connection cap (``TimedH11``)."""
     # Keep-alive past uvicorn's 5 s: under load a client's pooled connection can sit idle longer than
     # that between two requests, and a connection closed under it fails the next request.
+    http = type("Timed", (TimedH11,), {"read_timeout": config.read_timeout_s, "refused": 0,
+                                       "max_connections": connection_cap(config.max_connections, file_limit())})
     settings = {"ws_max_size": config.max_request_bytes, "timeout_keep_alive": 75, "backlog": 4096,
-                "log_level": "warning", "http": type("Timed", (TimedH11,), {"read_timeout": config.read_timeout_s})}
+                "log_level": "warning", "http": http}
     return uvicorn.Config(create_app(config), **{**settings, **overrides})
 
 
+FILES_KEPT = 64  # descriptors kept from connections, at the least: the envs' files, sandboxes' pipes, logs
+
+
+def file_limit(raise_to: int = 0) -> int | None:
+    """This process's limit on open files (None: none, or not known), first raised to ``raise_to`` as
+    far as the hard limit allows."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < raise_to:
+        wanted = raise_to if hard == resource.RLIM_INFINITY else min(raise_to, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass  # the limit stays; the cap below follows it
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_cap(max_connections: int, limit: int | None) -> int:
+    """How many connections to serve at once: ``max_connections``, or fewer where the open-file limit
+    would run out first (a quarter of the limit, ``FILES_KEPT`` at least, stays for everything else)."""
+    if limit is None:
+        return max_connections
+    return max(1, min(max_connections, limit - max(FILES_KEPT, limit // 4)))
+
+
+def files_for(max_connections: int) -> int:
+    """The open-file limit under which ``connection_cap`` allows all ``max_connections``."""
+    return max(max_connections + FILES_KEPT, (4 * max_connections + 2) // 3)
+
+
+BUSY = json.dumps({"error": {"code": "too_many_connections",
+                             "message": "the server holds its maximum of connections; retry later"}}).encode()
+
+
 class TimedH11(H11Protocol):
-    """uvicorn's h11 protocol with a read deadline: a request's headers, each piece of its body, and a
-    new connection's first bytes must come within ``read_timeout`` seconds, or the connection is closed.
-    (uvicorn times only the idle time between requests.) While the app works on a request, no deadline."""
+    """uvicorn's h11 protocol with a request deadline and a connection cap.
+
+    A request's headers and body must arrive whole within ``read_timeout`` seconds of its first byte (a
+    new connection's first request: of the connection's opening), or the connection is closed: a client
+    that trickles a byte at a time (slowloris) is cut at the deadline, not kept while it trickles. The
+    idle time between two requests of a kept-alive connection is uvicorn's keep-alive timeout, and
+    while the app works on a request no deadline runs. A connection beyond ``max_connections`` open at
+    once (WebSockets included) is answered 503 and closed at once, never queued: slow clients cannot
+    take every descriptor, so ``/health`` and the envs keep some."""
 
     read_timeout = 30.0
+    max_connections = 2048
+    refused = 0  # connections refused over the cap (per server: ``server_config`` makes a class each)
     _deadline = None
 
     def connection_made(self, transport):
         super().connection_made(transport)
-        self._arm()
+        if len(self.connections) > self.max_connections:
+            self._refuse()
+        else:
+            self._arm()  # the first request's deadline runs from the opening
 
     def data_received(self, data: bytes) -> None:
-        self._arm()  # progress moves the deadline
+        if self._deadline is None:
+            self._arm()  # a request begins: its deadline runs from its first byte, not its latest
         super().data_received(data)
+        if not self._incomplete():
+            self._disarm()  # in whole: the app's time is not the client's
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._incomplete() and self._deadline is None:
+            self._arm()  # a pipelined request, read in part while the last one was answered
+
+    def handle_websocket_upgrade(self, event) -> None:
+        self._disarm()  # the connection is a WebSocket's now; uvicorn's protocol for those takes it
+        super().handle_websocket_upgrade(event)
 
     def connection_lost(self, exc):
-        if self._deadline is not None:
-            self._deadline.cancel()
+        self._disarm()
         super().connection_lost(exc)
 
+    def _incomplete(self) -> bool:
+        state = self.conn.their_state
+        return state is h11.SEND_BODY or (state is h11.IDLE and bool(self.conn.trailing_data[0]))
+
     def _arm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
+        self._disarm()
         self._deadline = self.loop.call_later(self.read_timeout, self._expire)
 
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
     def _expire(self) -> None:
-        fresh = self.cycle is None and self.conn.their_state is h11.IDLE
-        partial = self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
-        if fresh or partial or self.conn.their_state is h11.SEND_BODY:
-            log.info("closed a connection from %s: nothing read for %g s", self.client, self.read_timeout)
+        self._deadline = None
+        if self.cycle is None or self._incomplete():  # no request yet, or one not arrived whole
+            log.info("closed a connection from %s: no whole request within %g s", self.client, self.read_timeout)
             self.transport.close()
+
+    def _refuse(self) -> None:
+        cls = type(self)
+        cls.refused += 1
+        if cls.refused & (cls.refused - 1) == 0:  # the 1st, 2nd, 4th, ...: a flood is a few lines
+            log.info("refused a connection (%d so far): %d are open, the cap", cls.refused, self.max_connections)
+        head = ("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                f"content-length: {len(BUSY)}\r\n\r\n").encode()
+        self.transport.write(head + BUSY)
+        self.transport.close()
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -25,9 +25,13 @@ class ServerConfig:
     env_kwargs: dict = field(default_factory=dict)  # JSON {env_id: {gym.make arguments}} fixed by the server
     # threads running env calls (resets, steps), per served env: a slow env queues behind itself only
     workers: int = 64
-    # a client that takes longer than this to send a request's headers, or between two pieces of its body,
-    # or to send anything on a new connection, is disconnected (slowloris); idle keep-alive is separate
+    # a request's headers and body must arrive whole within this many seconds of its first byte (a new
+    # connection's: of its opening), however steadily they trickle, or it is disconnected (slowloris);
+    # the idle time between two requests of a kept-alive connection is not counted
     read_timeout_s: float = 30.0
+    # connections open at once (WebSockets included); one more gets 503 and is closed at once. Fewer where
+    # the process's open-file limit would run out first, so /health and the envs always have descriptors
+    max_connections: int = 2048
     # Host header names answered besides localhost, the bind host and, bound to all interfaces, this
     # machine's name; IP addresses always pass (DNS rebinding needs a name); "*": any; others get 403
     allowed_hosts: tuple[str, ...] = ()
@@ -41,7 +45,7 @@ class ServerConfig:
         for env_id in self.envs:
             if env_id not in ENVIRONMENTS:
                 raise ValueError(f"unknown env {env_id!r}; `ragen list` shows the catalogue")
-        for name in ("max_sessions", "max_request_bytes", "workers"):
+        for name in ("max_sessions", "max_request_bytes", "workers", "max_connections"):
             check_positive_int(name, getattr(self, name))
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")

@@ -3,11 +3,10 @@ descriptions its MCP tools carry. Built from the envs themselves (instructions, 
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import gymnasium as gym
 
 from ragen_envs import __version__
+from ragen_envs.once import build_once
 from ragen_envs.registry import ENVIRONMENTS
 from ragen_envs.remote import wire
 from ragen_envs.remote.client import surface
@@ -26,7 +25,7 @@ def grammar(valid_actions: list[str] | None) -> str:
     return "free text, by the env's instructions; text it cannot parse is an invalid action (no change, reward 0)"
 
 
-@lru_cache(maxsize=None)
+@build_once  # concurrent /metadata requests make the env once
 def env_metadata(env_id: str, kwargs: str = "{}") -> dict:
     """One served env: its catalogue description, instructions, actions and spaces. ``kwargs``: the
     server's gym.make arguments for it, as JSON (a cache key)."""

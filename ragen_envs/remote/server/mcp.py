@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from ragen_envs import __version__
 from ragen_envs.base import observation_text
 from ragen_envs.remote import wire
-from ragen_envs.remote.server.sessions import ServeError, Sessions
+from ragen_envs.remote.server.sessions import MAX_SEED, ServeError, Sessions, reset_arguments
 
 PROTOCOL = "2025-06-18"
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
@@ -30,7 +30,7 @@ TOOLS = [
                                      "initial state for seed. Returns session_id, the observation, instructions.",
      "inputSchema": {"type": "object", "properties": {
          "env_id": {"type": "string", "description": "a served env (default: the first)"},
-         "seed": {"type": "integer", "minimum": 0, "description": "the initial state's seed"},
+         "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED, "description": "the initial state's seed"},
          "session_id": SESSION}}},
     {"name": "step", "description": "Play one action. Returns the observation, reward, terminated, truncated, info.",
      "inputSchema": {"type": "object", "properties": {"session_id": SESSION, "action": {"type": "string"}},
@@ -123,9 +123,7 @@ async def call(name: str, arguments: dict, sessions: Sessions) -> dict:
             return {"envs": envs}
         sid = _string(arguments, "session_id", required=name != "reset")
         if name == "reset":
-            seed = arguments.get("seed")
-            if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-                raise ToolError(f"seed must be a non-negative integer, got {seed!r}")
+            seed = reset_arguments({"seed": arguments.get("seed")}).seed  # the REST route's rules
             if sid is None:
                 sid, session = await sessions.create(_string(arguments, "env_id", required=False))
             else:

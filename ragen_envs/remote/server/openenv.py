@@ -2,7 +2,8 @@
 ``/envs/{env_id}/ws`` for each, one session per connection. Messages ``{"type": "reset" | "step" | "state"
 | "close", "data": {...}}``, a step's data ``{"action": "..."}``, replies ``{"type": "observation", "data":
 {"observation": {...}, "reward": r, "done": d}}``. Errors are ``{"type": "error"}`` replies and the
-connection stays open."""
+connection stays open, but for ``SESSION_CLOSED``: the server closed the session (idle past its timeout, or
+stopping), and the connection ends after that reply."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import json
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from pydantic import ValidationError
 
 from ragen_envs.remote import wire
-from ragen_envs.remote.server.sessions import MAX_ID_CHARS, ResetBody, ServeError, Session, Sessions, authorized
+from ragen_envs.remote.server.sessions import MAX_ID_CHARS, ServeError, Session, Sessions, authorized, \
+    reset_arguments
 
 log = logging.getLogger("ragen_envs.serve")
 
@@ -59,6 +60,8 @@ async def play(sessions: Sessions, websocket: WebSocket, env_id: str) -> None:
             if reply is None:  # "close": OpenEnv's client sends it and hangs up, no reply
                 break
             await websocket.send_text(reply)
+            if session.closed:  # reaped: this connection's one session is gone, and so is the connection
+                break
     except (WebSocketDisconnect, RuntimeError, OSError) as gone:  # the client left mid-reply: one line
         log.info("websocket session %s ended by the client (%s)", sid, type(gone).__name__)
     finally:
@@ -98,10 +101,9 @@ async def openenv_reply(sessions: Sessions, session: Session, raw: str, limit: i
     try:
         if kind == "reset":
             try:  # the session API's own rules for a reset (OpenEnv's episode_id aside)
-                body = ResetBody.model_validate({k: data[k] for k in ("seed", "options") if k in data})
-            except ValidationError as error:
-                return ws_error("VALIDATION_ERROR", "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}"
-                                                              for p in error.errors()))
+                body = reset_arguments({k: data[k] for k in ("seed", "options") if k in data})
+            except ServeError as error:
+                return ws_error("VALIDATION_ERROR", error.message)
             episode_id = data.get("episode_id")
             if episode_id is not None and not (isinstance(episode_id, str) and len(episode_id) <= MAX_ID_CHARS):
                 return ws_error("VALIDATION_ERROR", f"episode_id must be a string of at most {MAX_ID_CHARS} "
@@ -115,10 +117,11 @@ async def openenv_reply(sessions: Sessions, session: Session, raw: str, limit: i
             obs, reward, terminated, truncated, info = await sessions.step(session, action)
             reply = openenv_observation(obs, info, reward, terminated, truncated)
         elif kind == "state":
+            sessions.ensure_open(session)
             return json.dumps({"type": "state", "data": {"episode_id": session.episode_id,
                                                          "step_count": session.steps, "env_id": session.env_id}})
         else:
             return ws_error("UNKNOWN_TYPE", f"Unknown message type: {kind}")
     except ServeError as error:
-        return ws_error("EXECUTION_ERROR", error.message)
+        return ws_error("SESSION_CLOSED" if error.code == "session_closed" else "EXECUTION_ERROR", error.message)
     return json.dumps({"type": "observation", "data": reply})

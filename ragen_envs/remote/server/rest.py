@@ -30,6 +30,19 @@ class CallBody(Strict):
     args: list[Any] = Field(default_factory=list)
 
 
+# The arguments of each callable env method, by type: a wrong one is the client's mistake (422), not the env's.
+CALL_ARGS = {"parse_action": (str,), "oracle_action": (), "oracle_reasoning": (), "render": ()}
+
+
+def check_call_args(method: str, args: list) -> None:
+    """A 422 ``invalid_request`` unless ``args`` are what ``method`` takes (``CALL_ARGS``)."""
+    types = CALL_ARGS[method]
+    if len(args) != len(types) or not all(isinstance(a, t) for a, t in zip(args, types)):
+        wanted = ", ".join(t.__name__ for t in types) or "no arguments"
+        given = ", ".join(type(a).__name__ for a in args) or "none"
+        raise ServeError(422, "invalid_request", f"args: {method} takes ({wanted}), got ({given})")
+
+
 def surface_json(sid: str, session: Session) -> dict:
     """The env's ``surface`` as JSON, with the session's ids: what ``RemoteEnv`` reads on creation."""
     shown = surface(session.env)
@@ -44,7 +57,7 @@ def routes(sessions: Sessions) -> APIRouter:
 
     @router.get("/health")
     async def health():
-        return {"status": "healthy", "sessions": len(sessions.open), "max_sessions": config.max_sessions,
+        return {"status": "healthy", "sessions": sessions.count(), "max_sessions": config.max_sessions,
                 "envs": config.envs}
 
     @router.get("/metadata")
@@ -87,8 +100,10 @@ def routes(sessions: Sessions) -> APIRouter:
         session = sessions.get(sid)
         if method not in CALLS:
             raise ServeError(404, "unknown_method", f"callable env methods: {', '.join(CALLS)}")
+        args = body.args if body else []
+        check_call_args(method, args)
         fn = session.env.get_wrapper_attr(method)
-        return {"result": wire.encode(await sessions.call(session, fn, *(body.args if body else [])))}
+        return {"result": wire.encode(await sessions.call(session, fn, *args))}
 
     @router.get("/v1/sessions/{sid}")
     async def state(sid: str):

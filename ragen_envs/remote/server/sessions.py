@@ -1,7 +1,11 @@
 """The session layer the server's three protocols share (the REST session API, OpenEnv's WebSocket, MCP):
 each session its own env (``gymnasium.make``), the served envs checked once, the limits (``max_sessions``,
 the idle timeout), a bounded thread pool per env, one call at a time per session, and the episode's
-bookkeeping (step count, episode id) kept by ``reset`` and ``step`` for every protocol alike."""
+bookkeeping (step count, episode id) kept by ``reset`` and ``step`` for every protocol alike.
+
+Every protocol goes through here for what it must not decide alone: which envs are alive (``count``: the
+cap and ``/health`` read it; a closed session's env takes no call again, whoever still holds it), what a
+reset's arguments may be (``reset_arguments``), and what of ``info`` a client sees (``agent_info``)."""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from functools import partial
 from typing import Any
 
 import gymnasium as gym
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ragen_envs.base import INFO_KEYS
 from ragen_envs.remote.server.config import ServerConfig
 from ragen_envs.remote.server.describe import env_metadata
 
@@ -40,6 +45,7 @@ class Session:
         self.last_used = time.monotonic()
         self.steps = 0
         self.episode_id: str | None = None
+        self.closed: str | None = None  # why it was closed (its env takes no more calls); None: open
 
 
 class Sessions:
@@ -55,6 +61,11 @@ class Sessions:
                       for env_id in config.envs}
         self.server_pool = ThreadPoolExecutor(2, thread_name_prefix="server")  # describing the envs
         self.created = self.closed_idle = 0
+
+    def count(self) -> int:
+        """Envs alive: the sessions held (a closing one until its env is closed) and those being built.
+        The one count the session cap and ``/health`` go by."""
+        return len(self.open) + self.reserved
 
     async def run(self, fn, *args, env_id: str | None = None, **kwargs):
         """``fn(*args, **kwargs)`` on a worker thread of ``env_id``'s pool (None: the server's)."""
@@ -78,9 +89,9 @@ class Sessions:
 
     async def create(self, env_id: str | None, render_mode: str | None = None) -> tuple[str, Session]:
         env_id = self.served(self.config.envs[0] if env_id is None else env_id)  # "" is no env: refused
-        if len(self.open) + self.reserved >= self.config.max_sessions:
+        if self.count() >= self.config.max_sessions:
             await self.close_idle()
-        if len(self.open) + self.reserved >= self.config.max_sessions:
+        if self.count() >= self.config.max_sessions:
             raise ServeError(503, "capacity", f"the server holds its maximum of {self.config.max_sessions} "
                                               f"sessions; close one (DELETE /v1/sessions/ID) or retry later")
         if render_mode not in HEADLESS:
@@ -106,14 +117,24 @@ class Sessions:
 
     def get(self, sid: str) -> Session:
         session = self.open.get(sid)
-        if session is None:
+        if session is None or session.closed:
             raise ServeError(404, "unknown_session", f"no session {sid!r} (closed, timed out after "
                                                      f"{self.config.idle_timeout_s:g} s idle, or never opened)")
+        return session
+
+    @staticmethod
+    def ensure_open(session: Session) -> Session:
+        """``session``, unless it was closed: then 410 ``session_closed`` (a WebSocket holds its session
+        past the idle reaper; its env must not be played again)."""
+        if session.closed:
+            raise ServeError(410, "session_closed", f"this session was closed ({session.closed}) and its env "
+                                                    "with it; open a new session")
         return session
 
     async def call(self, session: Session, fn, *args, **kwargs):
         """Run an env call on the pool, one at a time per session; env errors become 4xx."""
         async with session.lock:
+            self.ensure_open(session)  # it may have been closed while this call waited
             session.last_used = time.monotonic()
             try:
                 return await self.run(fn, *args, env_id=session.env_id, **kwargs)
@@ -131,26 +152,33 @@ class Sessions:
         """The session's env reset: a new episode (its id ``episode_id``, or a fresh one), no steps yet."""
         obs, info = await self.call(session, session.env.reset, seed=seed, options=options)
         session.steps, session.episode_id = 0, episode_id or secrets.token_hex(8)
-        return obs, info
+        return obs, agent_info(session.env, info)
 
     async def step(self, session: Session, action) -> tuple[Any, float, bool, bool, dict]:
         """One step of the session's env, counted (a step past the episode's end is none)."""
         obs, reward, terminated, truncated, info = await self.call(session, session.env.step, action)
         session.steps += not info.get("episode_over", False)
-        return obs, float(reward), bool(terminated), bool(truncated), info
+        return obs, float(reward), bool(terminated), bool(truncated), agent_info(session.env, info)
 
-    async def close(self, sid: str) -> None:
-        session = self.open.pop(sid, None)
-        if session is not None:
+    async def close(self, sid: str, reason: str = "closed by its client") -> None:
+        """Close a session and its env. From now on no call starts on it (a protocol that still holds it,
+        as a WebSocket does, gets ``session_closed``); it counts as alive until its env is closed."""
+        session = self.open.get(sid)
+        if session is None or session.closed:
+            return
+        session.closed = reason
+        try:
             async with session.lock:  # a call in flight finishes first
                 await self.run(session.env.close, env_id=session.env_id)
+        finally:
+            del self.open[sid]
 
     async def close_idle(self) -> int:
         limit = time.monotonic() - self.config.idle_timeout_s
-        idle = [sid for sid, s in self.open.items() if s.last_used < limit and not s.lock.locked()]
+        idle = [sid for sid, s in self.open.items() if s.last_used < limit and not s.lock.locked() and not s.closed]
         self.closed_idle += len(idle)  # counted before the awaits, so a session gone is a session counted
         for sid in idle:
-            await self.close(sid)
+            await self.close(sid, f"unused for {self.config.idle_timeout_s:g} s")
         return len(idle)
 
 
@@ -158,10 +186,30 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MAX_SEED = 2**64 - 1  # numpy's seeds are unbounded; the wire's are not (a 10**6-digit int costs to read)
+
+
 class ResetBody(Strict):
     """A reset's arguments, by the same rules in every protocol."""
-    seed: int | None = Field(default=None, ge=0, le=2**64 - 1, strict=True)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, strict=True)
     options: dict[str, Any] | None = None
+
+
+def reset_arguments(data: dict) -> ResetBody:
+    """``data`` (a protocol's reset arguments: seed, options) checked by ``ResetBody``'s rules, which the
+    REST route applies itself; a 422 ``invalid_request`` naming each wrong field otherwise."""
+    try:
+        return ResetBody.model_validate(data)
+    except ValidationError as error:
+        where = "; ".join(f"{'.'.join(map(str, p['loc'])) or 'body'}: {p['msg']}" for p in error.errors())
+        raise ServeError(422, "invalid_request", where) from None
+
+
+def agent_info(env: gym.Env, info: dict) -> dict:
+    """What of a reset's or step's ``info`` goes to a client: the env's ``agent_info`` (never how far the
+    answer is, or whether the gold passage was found); only ``INFO_KEYS`` for an env without one."""
+    shown = getattr(env.unwrapped, "agent_info", None)
+    return shown(info) if shown is not None else {k: v for k, v in info.items() if k in INFO_KEYS}
 
 
 def authorized(config: ServerConfig, headers) -> bool:
