@@ -5,8 +5,11 @@ as a PNG data URI under its digest (``"images"``), and its messages and turns na
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from dataclasses import asdict, dataclass, field, fields
+import struct
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterable
 
@@ -33,7 +36,7 @@ class Turn:
     messages_dropped: int = 0  # oldest messages left out of this prompt to fit the context (0: none)
     entropies: list[float] | None = None  # sampling entropy per generated token (None: not reported)
     images: list = field(default_factory=list)  # the images prompt_ids' placeholders stand for, in order
-    grounded: float | None = None  # share of the env's state facts its reasoning states (None: no facts)
+    grounded: float | None = None  # the env's facts its reasoning states right net of wrong (None: no facts)
 
     @property
     def reasoning_ids(self) -> list[int]:
@@ -121,22 +124,148 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trajectory":
+        """A trajectory from its JSON (``to_dict``'s inverse). Every field is type-checked first: a
+        ValueError names the first that is missing, unknown or of the wrong type."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a saved trajectory is a JSON object, got {_shown(data)}")
+        check_fields(data, TRAJECTORY_FIELDS, cls, "")
+        for k, turn in enumerate(data.get("turns", []), start=1):
+            check_fields(turn, TURN_FIELDS, Turn, f"turn {k} (field 'turns'): ")
         data = dict(data)
-        images = {key: vision.from_data_uri(uri) for key, uri in data.pop("images", {}).items()}
-        data["messages"] = vision.from_json(data.get("messages", []), images)
-        turns = [Turn(**{**t, "images": [images[key] for key in t.get("images", [])]})
-                 for t in data.pop("turns", [])]
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown trajectory fields {sorted(unknown)}")
+        images = {key: _image(key, uri) for key, uri in data.pop("images", {}).items()}
+        data["messages"] = vision.from_json(data["messages"], _known(images, "messages"))
+        turns = [_turn(t, _known(images, f"turn {k}")) for k, t in enumerate(data.pop("turns", []), start=1)]
         return cls(**data, turns=turns)
+
+
+def _turn(data: dict, images: dict) -> Turn:
+    """A saved turn, its image keys replaced by the images."""
+    return Turn(**{**data, "images": [images[key] for key in data.get("images", [])]})
+
+
+# -- what a saved trajectory's fields must be ------------------------------------------------------------
+# Checked on load: a hand-written or damaged file fails naming its line and field, before its values reach
+# code that assumes their types (the report prints them into HTML).
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_str(value) -> bool:
+    return isinstance(value, str)
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool)
+
+
+def _list_of(check):
+    return lambda value: isinstance(value, list) and all(check(x) for x in value)
+
+
+def _or_none(check):
+    return lambda value: value is None or check(value)
+
+
+def _is_part(part) -> bool:
+    """A message part as saved: text, or an image named by its key in the trajectory's ``images``."""
+    return isinstance(part, dict) and set(part) <= {"type", "text", "image"} and (
+        (part.get("type") == "text" and _is_str(part.get("text")) and "image" not in part)
+        or (part.get("type") == "image" and _is_str(part.get("image")) and "text" not in part))
+
+
+def _is_message(message) -> bool:
+    return isinstance(message, dict) and _is_str(message.get("role")) and \
+        (_is_str(message.get("content")) or _list_of(_is_part)(message.get("content")))
+
+
+INTS, NUMBERS, STRINGS = (_list_of(_is_int), "a list of integers"), (_list_of(_is_number), "a list of numbers"), \
+    (_list_of(_is_str), "a list of strings")
+INT, NUMBER, STRING, BOOL = (_is_int, "an integer"), (_is_number, "a number"), (_is_str, "a string"), \
+    (_is_bool, "true or false")
+
+#: field -> (check, what it must be, in words)
+TURN_FIELDS = {
+    "prompt_ids": INTS, "response_ids": INTS, "logprobs": NUMBERS, "response": STRING,
+    "reasoning": (_or_none(_is_str), "a string or null"), "actions": STRINGS, "reward": NUMBER, "format_ok": BOOL,
+    "finish_reason": STRING, "think_start": (_or_none(_is_int), "an integer or null"),
+    "think_end": (_or_none(_is_int), "an integer or null"), "messages_dropped": INT,
+    "entropies": (_or_none(_list_of(_is_number)), "a list of numbers or null"),
+    "images": (_list_of(_is_str), "a list of image keys"), "grounded": (_or_none(_is_number), "a number or null"),
+}
+TRAJECTORY_FIELDS = {
+    "env_id": STRING, "group": INT, "seed": INT,
+    "messages": (_list_of(_is_message), 'a list of messages ({"role": text, "content": text or a list of '
+                                        '{"type": "text", "text": ...} and {"type": "image", "image": key}})'),
+    "turns": (_list_of(lambda t: isinstance(t, dict)), "a list of turn objects"), "episode_return": NUMBER,
+    "success": BOOL, "context_overflow": BOOL, "transition_seed": (_or_none(_is_int), "an integer or null"),
+    "env_kwargs": (lambda v: isinstance(v, dict), "an object"),
+    "images": (lambda v: isinstance(v, dict) and all(_is_str(x) for x in v.values()), "an object of data URIs"),
+}
+MAX_IMAGE_PIXELS = 4096 * 4096  # a saved board is far smaller; a bigger "image" is a decompression bomb
+
+
+def _shown(value) -> str:
+    """``value`` for an error message, cut short (a hostile file's values can be huge)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_fields(data: dict, schema: dict, cls: type, where: str) -> None:
+    """A ValueError (starting with ``where``) naming the first field of ``data`` that is missing (a field of
+    dataclass ``cls`` without a default), unknown or not of its type in ``schema`` (``TURN_FIELDS``,
+    ``TRAJECTORY_FIELDS``)."""
+    missing = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+               and f.name not in data]
+    if missing:
+        raise ValueError(f"{where}missing field {missing[0]!r}")
+    unknown = sorted(set(data) - set(schema))
+    if unknown:
+        raise ValueError(f"{where}unknown field {_shown(unknown[0])}")
+    for name, value in data.items():
+        check, wanted = schema[name]
+        if not check(value):
+            raise ValueError(f"{where}field {name!r} must be {wanted}, got {_shown(value)}")
+
+
+def _image(key: str, uri: str):
+    """The image a saved data URI holds, after checking it is a PNG of a sane size (before decoding it)."""
+    data = b""
+    if uri.startswith(vision.DATA_URI):
+        try:
+            data = base64.b64decode(uri[len(vision.DATA_URI):], validate=True)
+        except binascii.Error:
+            pass
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 24:
+        raise ValueError(f"field 'images': {_shown(key)} is not a PNG data URI")
+    width, height = struct.unpack(">II", data[16:24])
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ValueError(f"field 'images': {_shown(key)} is {width}x{height}, over {MAX_IMAGE_PIXELS} pixels")
+    try:
+        return vision.from_data_uri(uri)
+    except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for a damaged PNG
+        raise ValueError(f"field 'images': {_shown(key)} is not a readable PNG ({error})") from None
+
+
+class _known(dict):
+    """The images by key, where a key that the file's ``images`` lacks is a clear error."""
+
+    def __init__(self, images: dict, where: str):
+        super().__init__(images)
+        self.where = where
+
+    def __missing__(self, key):
+        raise ValueError(f"{self.where}: image {_shown(key)} is not in field 'images'")
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Episodes, success rate, return mean and std, format validity, turns, actions played per turn and
-    response tokens per turn; grounding (the share of state facts the turns' reasonings state) where the
-    envs have facts."""
+    response tokens per turn; grounding (the state facts the turns' reasonings state right, net of those
+    they state wrong: ``chat_env.grounding``) where the envs have facts."""
     n = len(trajectories)
     returns = [t.episode_return for t in trajectories]
     mean = sum(returns) / n
@@ -181,12 +310,29 @@ def iteration_of(path: Path) -> int:
 def saved_iterations(run: str | Path) -> list[Path]:
     """A run folder's rollouts/iteration-N.jsonl files, by iteration."""
     folder = Path(run) / "rollouts"
-    return sorted(folder.glob("iteration-*.jsonl"), key=iteration_of) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    # only N of digits: another file matching the pattern (iteration-x.jsonl) is not the trainer's
+    return sorted((p for p in folder.glob("iteration-*.jsonl") if p.stem[len("iteration-"):].isdigit()),
+                  key=iteration_of)
+
+
+class TrajectoryFileError(ValueError):
+    """A file that does not hold saved trajectories; the message names the file, the line and the field."""
 
 
 def load_jsonl(path: str | Path) -> list[Trajectory]:
-    with Path(path).open(encoding="utf-8") as f:
-        return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
+    """The trajectories of a JSONL file (``save_jsonl``'s), each line's fields type-checked: a
+    ``TrajectoryFileError`` names the file, the line and the field of the first that is wrong."""
+    out, number = [], 0
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if line.strip():
+                    out.append(Trajectory.from_dict(json.loads(line)))
+    except (ValueError, RecursionError) as error:  # JSON, a field, or text that is not UTF-8 (a ValueError too)
+        raise TrajectoryFileError(f"{path} does not hold saved trajectories: line {number}: {error}") from None
+    return out
 
 
 def think_span(tokenizer, response_ids: list[int], prefilled: bool = False) -> tuple[int, int] | tuple[None, None]:

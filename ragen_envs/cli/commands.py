@@ -209,7 +209,8 @@ def cmd_plot(args) -> int:
 def cmd_view(args) -> int:
     from ragen_envs.cli.report import write_report
 
-    print(write_report(args.source, args.out, args.iteration, images=not args.no_images))
+    print(write_report(args.source, args.out, args.iteration, images=not args.no_images, env_kwargs=args.env_kwargs,
+                       trust_env_kwargs=args.trust_env_kwargs))
     return 0
 
 
@@ -321,6 +322,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     vw.add_argument("--out", default=None, help="default: RUN_DIR/report.html, or NAME.html beside NAME.jsonl")
     vw.add_argument("--iteration", type=int, default=None, help="a run folder's rollouts of this iteration")
     vw.add_argument("--no-images", action="store_true", help="text boards only (no replay of the episodes)")
+    # A rollouts file is data: its env arguments could point an env at a file or a URL, so a replay takes
+    # the catalogue's unless the user says otherwise.
+    vw.add_argument("--env-kwargs", type=cli_args._json_object, default=None, metavar="JSON",
+                    help="env arguments for the replay, over the catalogue's (the file's own are not used): "
+                         "'{\"size\": 4}', or keyed by env id for a file of several envs")
+    vw.add_argument("--trust-env-kwargs", action="store_true",
+                    help="replay with the file's env_kwargs: only for your own runs (they may make an env read "
+                         "a file or use much memory). Envs that run code, fetch or read data are never replayed")
     vw.set_defaults(func=cmd_view)
     return parser, commands
 

@@ -5,6 +5,13 @@ the board (an image for envs that render one, replayed from the episode's seeds 
 observation otherwise), the reasoning, the actions and the reward. A table of every first-turn
 reasoning, group by group, comes first: under template collapse the same reasoning recurs across
 groups whose boards differ. Styles and images are inline, so the file opens anywhere, offline.
+
+A rollouts file is data, so opening one is as safe as opening an HTML page: every field is type-checked
+on load (``load_jsonl``), every string is escaped into the page, and a replay rebuilds only catalogue envs
+marked free of side effects (``EnvEntry.replayable``: not one that runs code, fetches or reads files),
+with the catalogue's arguments. The file's own ``env_kwargs`` (which could point an env at a file or a
+URL) are used only when the user says so (``ReplayArguments``: ``--trust-env-kwargs``, ``--env-kwargs``).
+A replay that stops showing what the record shows is dropped: its boards would be another episode's.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import html
 import re
 import shutil
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,50 +66,137 @@ class Replay:
     env: Any  # the rebuilt env (its legend: SYMBOLS, ATLAS, instructions)
 
 
-def replay(trajectory: Trajectory, images: bool = True) -> Replay | None:
-    """The episode replayed (images when ``images`` and the env draws them); None when the env cannot be
-    rebuilt here or the replay does not match the recorded first observation."""
+@dataclass
+class ReplayArguments:
+    """The arguments a replay makes an env with: its catalogue presets, then the file's own ``env_kwargs``
+    only with ``trust_file`` (``ragen view --trust-env-kwargs``: a file's arguments can point an env at a
+    file, a dataset or a URL), then ``given`` (``--env-kwargs``), by env id."""
+    given: dict[str, dict] = field(default_factory=dict)
+    trust_file: bool = False
+
+    def of(self, trajectory: Trajectory) -> dict:
+        """The arguments, over the catalogue's presets, that ``trajectory``'s replay uses."""
+        return {**(trajectory.env_kwargs if self.trust_file else {}), **self.given.get(trajectory.env_id, {})}
+
+    def left_out(self, trajectory: Trajectory) -> list[str]:
+        """The names of the file's env arguments that its replay does not use (render_mode aside: a replay
+        sets its own)."""
+        used = self.of(trajectory)
+        return sorted(k for k, v in trajectory.env_kwargs.items()
+                      if k != "render_mode" and (k not in used or used[k] != v))
+
+
+def by_env(given: dict, env_ids) -> dict[str, dict]:
+    """``--env-kwargs``'s JSON keyed by env id: keyed already ({"ID": {...}}, each key a catalogue id), else
+    flat ({"size": 4}), for every env of ``env_ids``."""
+    from ragen_envs.registry import ENVIRONMENTS
+
+    keyed = [key for key in given if key in ENVIRONMENTS or "/" in key]
+    if not keyed:
+        return {env_id: dict(given) for env_id in env_ids}
+    if len(keyed) < len(given):
+        raise ValueError(f"--env-kwargs mixes env ids and arguments: {sorted(given)}")
+    for env_id, kwargs in given.items():
+        if env_id not in ENVIRONMENTS:
+            raise ValueError(f"--env-kwargs: {env_id} is not a catalogue id (`ragen list`)")
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--env-kwargs: the arguments of {env_id} must be a JSON object, got {kwargs!r}")
+    return {env_id: dict(kwargs) for env_id, kwargs in given.items()}
+
+
+def replayable(env_id: str) -> bool:
+    """Whether the viewer may rebuild env ``env_id`` to redraw its boards: a catalogue id whose entry is
+    free of side effects (``EnvEntry.replayable``). Never an env client (Ragen/Remote-v0), an id outside
+    the catalogue, or an env that runs code, fetches or reads files."""
+    from ragen_envs.registry import ENVIRONMENTS
+
+    entry = ENVIRONMENTS.get(env_id)
+    return entry is not None and entry.replayable
+
+
+def replay(trajectory: Trajectory, images: bool = True, env_kwargs: dict | None = None) -> Replay | None:
+    """The episode replayed (images when ``images`` and the env draws them) on its env made with the
+    catalogue's presets and ``env_kwargs`` (never the file's own: a caller passes them where the user trusts
+    the file, ``ReplayArguments``). None when the env is not ``replayable``, cannot be rebuilt here, or the
+    replay stops showing what the record shows."""
     import gymnasium as gym
 
     from ragen_envs.registry import ENVIRONMENTS, load_class
 
+    if not replayable(trajectory.env_id) or len(trajectory.messages) < 2:
+        return None
     try:
-        spec = gym.spec(trajectory.env_id)
         draws = images and "rgb_array" in load_class(ENVIRONMENTS[trajectory.env_id]).metadata.get("render_modes", [])
-        kwargs = {**spec.kwargs, **trajectory.env_kwargs, "render_mode": "rgb_array" if draws else None}
-        env = gym.make(trajectory.env_id, **kwargs)
-        options = None if trajectory.transition_seed is None else {"transition_seed": trajectory.transition_seed}
-        obs, _ = env.reset(seed=trajectory.seed, options=options)
-        # the first turn's prompt as shown (its image may have left the history since: max_images)
-        first = {"role": "user", "content": [{"type": "image", "image": i} for i in trajectory.turns[0].images]} \
-            if trajectory.turns and trajectory.turns[0].images else trajectory.messages[1]
-        if len(trajectory.messages) < 2 or not _shows(first, obs):
-            return None
-        frames = [env.render()] if draws else None
-        ended = None
-        for k, turn in enumerate(trajectory.turns, start=1):
-            for action in turn.actions:
-                _, _, terminated, truncated, _ = env.step(action)
-                if ended is None and terminated:
-                    ended = f"{env.unwrapped.end_reason() or 'the env ended it'} on turn {k}"
-                elif ended is None and truncated:
-                    ended = f"the env's step limit (max_steps) on turn {k}"
-            if frames is not None:
-                frames.append(env.render())
-        env.close()
+        env = gym.make(trajectory.env_id, **{**(env_kwargs or {}), "render_mode": "rgb_array" if draws else None})
+        try:
+            return _play(env, trajectory, draws)
+        finally:
+            env.close()
     except Exception:  # an env that cannot be rebuilt here (missing extra, changed kwargs): text only
         return None
+
+
+def _play(env, trajectory: Trajectory, draws: bool) -> Replay | None:
+    """Step ``env`` through the recorded actions, checking each observation against the record."""
+    options = None if trajectory.transition_seed is None else {"transition_seed": trajectory.transition_seed}
+    obs, _ = env.reset(seed=trajectory.seed, options=options)
+    users = [m for m in trajectory.messages if m["role"] == "user"]
+    # the first turn's prompt as shown (its image may have left the history since: max_images)
+    first = {"role": "user", "content": [{"type": "image", "image": i} for i in trajectory.turns[0].images]} \
+        if trajectory.turns and trajectory.turns[0].images else trajectory.messages[1]
+    if not _shows(first, obs):
+        return None
+    frames = [env.render()] if draws else None
+    ended = None
+    for k, turn in enumerate(trajectory.turns, start=1):
+        for action in turn.actions:
+            obs, _, terminated, truncated, _ = env.step(action)
+            if ended is None and terminated:
+                ended = f"{env.unwrapped.end_reason() or 'the env ended it'} on turn {k}"
+            elif ended is None and truncated:
+                ended = f"the env's step limit (max_steps) on turn {k}"
+        # other arguments than the run's (a slip) make another episode: no boards for it then
+        if k < len(users) and not _shows(users[k], obs, dropped_ok=True):
+            return None
+        if frames is not None:
+            frames.append(env.render())
     if ended is None:
         ended = "the prompt outgrew the context" if trajectory.context_overflow else \
             f"not over after {trajectory.num_turns} turns (the turn limit)"
     return Replay(frames, ended, env.unwrapped)
 
 
-def _shows(message: dict, obs) -> bool:
-    """The recorded message shows observation ``obs`` (its image, else its text)."""
+def _shows(message: dict, obs, dropped_ok: bool = False) -> bool:
+    """The recorded message shows observation ``obs`` (its image, else its text); with ``dropped_ok``, a
+    message whose image the history has since dropped (max_images) cannot tell, so passes."""
     if isinstance(obs, np.ndarray):
-        return any(np.array_equal(image, obs) for image in vision.message_images([message]))
+        shown = vision.message_images([message])
+        return (dropped_ok and not shown) or any(np.array_equal(image, obs) for image in shown)
     return observation_text(obs) in vision.message_text(message["content"])
+
+
+def replay_note(env_id: str, trajs: list[Trajectory], played: list[Replay | None],
+                arguments: ReplayArguments) -> str:
+    """A group's note on its boards: why there are none, or which of the file's env arguments they leave
+    out (HTML)."""
+    from ragen_envs.registry import ENVIRONMENTS
+
+    e = html.escape
+    if env_id not in ENVIRONMENTS:
+        return f"<p class=note>not replayed: {e(env_id)} is not in the catalogue (the recorded text only)</p>"
+    if not replayable(env_id):
+        return (f"<p class=note>not replayed: {e(env_id)} runs code, fetches or reads files, which a saved file "
+                "must not make the viewer do (the recorded text only)</p>")
+    notes = []
+    left_out = sorted({name for t in trajs for name in arguments.left_out(t)})
+    if left_out:
+        notes.append(f"replayed with the catalogue's arguments, without this file's env_kwargs "
+                     f"{e(', '.join(left_out))} (ragen view --trust-env-kwargs uses them, for a file you trust)")
+    missing = sum(p is None for p in played)
+    if missing:
+        notes.append(f"{missing} of {len(played)} episodes without boards: a replay here did not show what "
+                     "was recorded")
+    return "".join(f"<p class=note>{note}</p>" for note in notes)
 
 
 def tile_image(tile: np.ndarray, symbol: str) -> str:
@@ -168,9 +262,12 @@ def _episode(t: Trajectory, index: int, played: Replay | None) -> str:
     return "".join(out)
 
 
-def render(trajectories: list[Trajectory], title: str, images: bool = True, header: str = "") -> str:
-    """The report's HTML; ``header``: HTML under the title (a run's links and iterations)."""
+def render(trajectories: list[Trajectory], title: str, images: bool = True, header: str = "",
+           arguments: ReplayArguments | None = None) -> str:
+    """The report's HTML; ``header``: HTML under the title (a run's links and iterations); ``arguments``:
+    what the replays make their envs with (default: the catalogue's presets alone)."""
     e = html.escape
+    arguments = arguments or ReplayArguments()
     groups: dict[tuple[str, int], list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         groups[(t.env_id, t.group)].append(t)
@@ -198,13 +295,15 @@ def render(trajectories: list[Trajectory], title: str, images: bool = True, head
             text = _first_reasoning(t)
             cls = ' class="repeat"' if _normalise(text) in repeated else ""
             cells.append(f"<div{cls}>{e(text) if text else '<i>(none)</i>'}</div>")
-        parts.append(f"<tr><td>{group}</td><td>{e(env_id)}, {trajs[0].seed}</td><td>{''.join(cells)}</td></tr>")
+        parts.append(f"<tr><td>{e(str(group))}</td><td>{e(env_id)}, {e(str(trajs[0].seed))}</td>"
+                     f"<td>{''.join(cells)}</td></tr>")
     parts.append("</table>")
     legends = set()
     for (env_id, group), trajs in groups.items():
-        played = [replay(t, images) for t in trajs]
-        parts.append(f'<h2 id="group-{e(env_id)}-{group}">group {group} &middot; {e(env_id)} &middot; '
-                     f"seed {trajs[0].seed}</h2>")
+        played = [replay(t, images, arguments.of(t)) for t in trajs]
+        parts.append(f'<h2 id="group-{e(env_id)}-{e(str(group))}">group {e(str(group))} &middot; {e(env_id)} '
+                     f"&middot; seed {e(str(trajs[0].seed))}</h2>")
+        parts.append(replay_note(env_id, trajs, played, arguments))
         env = next((p.env for p in played if p), None)
         if env_id not in legends and env is not None:  # once per env, above its first group
             legends.add(env_id)
@@ -254,31 +353,37 @@ def page_name(iteration: int) -> str:
 
 
 def write_report(source: str | Path, out: str | Path | None = None, iteration: int | None = None,
-                 images: bool = True) -> Path:
+                 images: bool = True, env_kwargs: dict | None = None, trust_env_kwargs: bool = False) -> Path:
     """The HTML report of a trajectory file or run folder; default: beside it (``NAME.html`` for
     ``NAME.jsonl``). A run folder gets a page per saved iteration (``report-iteration-N.html``), each
-    linking to the others, and ``report.html``: the latest (or ``iteration``'s) page."""
+    linking to the others, and ``report.html``: the latest (or ``iteration``'s) page. Boards are replayed
+    with the catalogue's env arguments, then the file's own with ``trust_env_kwargs``, then ``env_kwargs``
+    (flat, or keyed by env id)."""
     source = Path(source)
     path = rollout_file(source, iteration)
+
+    def page(trajectories: list[Trajectory], title: str, header: str = "") -> str:
+        given = by_env(env_kwargs or {}, {t.env_id for t in trajectories})
+        return render(trajectories, title, images, header, ReplayArguments(given, trust_env_kwargs))
+
     if not source.is_dir():
         out = Path(out) if out else path.with_suffix(".html")
-        out.write_text(render(load(path), path.name, images), encoding="utf-8")
+        out.write_text(page(load(path), path.name), encoding="utf-8")
         return out
     saved = saved_iterations(source)
     for each in saved:
-        page = render(load(each), f"{source.resolve().name}: iteration {iteration_of(each)}", images,
-                      run_header(source, each, saved))
-        (source / page_name(iteration_of(each))).write_text(page, encoding="utf-8")
+        text = page(load(each), f"{source.resolve().name}: iteration {iteration_of(each)}",
+                    run_header(source, each, saved))
+        (source / page_name(iteration_of(each))).write_text(text, encoding="utf-8")
     out = Path(out) if out else source / "report.html"
     shutil.copyfile(source / page_name(iteration_of(path)), out)
     return out
 
 
 def load(path: Path) -> list[Trajectory]:
-    try:
-        trajectories = load_jsonl(path)
-    except (ValueError, TypeError, KeyError) as error:
-        raise ValueError(f"{path} does not hold saved trajectories ({error})") from None
+    """The trajectories of ``path``; a ValueError (``TrajectoryFileError``) names the line and field of
+    one that is wrong, and says so of a file without any."""
+    trajectories = load_jsonl(path)  # every field type-checked
     if not trajectories:
         raise ValueError(f"{path} holds no trajectories")
     return trajectories

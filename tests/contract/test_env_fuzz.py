@@ -45,3 +45,22 @@ def test_the_fuzzer_catches_a_step_that_raises_hangs_or_overpays(monkeypatch, ki
     monkeypatch.setattr(countdown.CountdownEnv, "_apply", _broken(kind))
     problem = env_fuzz.fuzz_one(ids_in("countdown")[0], {}, examples=50, bounds=env_fuzz.Bounds(step_seconds=0.5))
     assert problem is not None and says in problem
+
+
+def test_hostile_rollouts_files_are_refused_or_shown_safely_by_the_viewer():
+    assert env_fuzz.fuzz_viewer(examples=EXAMPLES) is None
+
+
+def test_the_viewer_fuzzer_catches_a_crash_a_script_and_a_side_effect(monkeypatch, tmp_path):
+    from ragen_envs.cli import report
+
+    path, out = tmp_path / "r.jsonl", tmp_path / "r.html"
+    path.write_text("{}\n")
+    assert env_fuzz.check_view(path, out, []) is None  # refused with the clear error, naming the file
+    effects = ["socket.connect"]
+    assert "side effects" in env_fuzz.check_view(path, out, effects) and effects == []
+    monkeypatch.setattr(report, "load", lambda p: 1 / 0)
+    assert "raised ZeroDivisionError" in env_fuzz.check_view(path, out, [])
+    monkeypatch.setattr(report, "load", lambda p: [])
+    monkeypatch.setattr(report, "render", lambda *a, **k: "<p><SCRIPT>alert(1)</script>")
+    assert "raw <script" in env_fuzz.check_view(path, out, [])
