@@ -23,7 +23,10 @@ remote client, which exposes the same names):
   words for it): the reasoning of warm-start demonstrations, so it differs from state to state.
 - ``info`` at reset and at every step holds ``action_is_valid``, ``action_is_effective`` (the state
   changed), ``success`` and ``episode_over`` (below); envs add their own keys
-  (``optimal_solution_length`` at reset, ...).
+  (``optimal_solution_length`` at reset, ...). ``agent_info_keys`` names those an agent may see; the
+  others (how far the answer is, whether the gold passage was found) are for the trainer and metrics,
+  and ``agent_info(info)`` drops them: the env server sends only that, as a policy that read them
+  could earn without doing the task.
 - An ended episode stays ended: after ``terminated`` or ``truncated``, every step applies nothing and
   returns the same observation, reward 0, the same ``terminated`` / ``truncated`` flags and
   ``info["episode_over"] = True`` (False on every step of a running episode). A policy cannot earn
@@ -37,8 +40,11 @@ Subclasses implement ``_new_episode``, ``parse_action``, ``_apply``, ``_observat
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import inspect
+import numbers
 import typing
 from typing import Any
 
@@ -72,6 +78,24 @@ class LLMEnv(gym.Env):
     #: The keys of ``reset(options=...)`` this env reads besides "transition_seed"; any other key is an
     #: error (a misspelt option silently ignored would play the wrong episode).
     reset_options: tuple[str, ...] = ()
+    #: This env's own ``info`` keys an agent may see (``INFO_KEYS`` always are); the rest stay with the
+    #: caller in this process and never go to a remote agent (``agent_info``).
+    agent_info_keys: tuple[str, ...] = ()
+    #: Attributes no step changes (a corpus, a catalogue, an index) that a deep copy shares with its
+    #: original, besides the spaces: look-ahead and audits copy envs by the thousand.
+    shared_on_copy: tuple[str, ...] = ()
+
+    #: The allowed values of this env's numeric arguments (name -> ``Bounds``), every one of them declared:
+    #: chosen so that every allowed value resets quickly, and checked (``check_argument_bounds``) before
+    #: the env's own code runs, however the env is made. docs/envs.md lists them (``registry.bounds_table``).
+    argument_bounds: dict[str, Bounds] = {}
+
+    def __new__(cls, *args, **kwargs):
+        # Here rather than in __init__, so that every subclass's arguments meet their bounds first, made by
+        # gym.make, by the class itself or by a subclass (a copy or an unpickling passes none).
+        if args or kwargs:
+            check_argument_bounds(cls, call_arguments(cls, args, kwargs))
+        return super().__new__(cls)
 
     def __init__(self, max_steps: int, render_mode: str | None = None):
         check_positive_int("max_steps", max_steps)
@@ -117,8 +141,10 @@ class LLMEnv(gym.Env):
 
     def facts(self) -> dict[str, str]:
         """What a reasoning about the current observation should get right, each in the words of
-        ``oracle_reasoning`` (name -> phrase, e.g. "position": "I am at (2, 3)"); the grounding metric
-        counts the phrases a reasoning states. Empty where the env has no facts to check."""
+        ``oracle_reasoning`` (name -> phrase, e.g. "position": "I am at (2, 3)"). A phrase is words, then
+        a value (numbers, or cells "(r, c), (r, c)"): the grounding metric takes every place a reasoning
+        says the words as a statement of that fact, right or wrong by the value that follows. Empty where
+        the env has no facts to check."""
         return {}
 
     def end_reason(self) -> str | None:
@@ -179,6 +205,22 @@ class LLMEnv(gym.Env):
         info = self._info(valid=parsed is not None and self._is_valid(parsed), effective=effective,
                           episode_over=False)
         return self._observation(), float(reward), terminated, truncated, info
+
+    def __deepcopy__(self, memo):
+        """A copy of the env whose state is its own; the spaces and ``shared_on_copy`` are shared."""
+        for name in ("observation_space", "action_space", "spec", "metadata", *self.shared_on_copy):
+            value = self.__dict__.get(name)
+            if value is not None:
+                memo[id(value)] = value
+        twin = type(self).__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return twin
+
+    def agent_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """``info`` without the keys an agent must not see (``agent_info_keys``): what a server sends."""
+        shown = set(INFO_KEYS) | set(self.agent_info_keys)
+        return {k: v for k, v in info.items() if k in shown}
 
     def _is_valid(self, parsed: Any) -> bool:
         """``info["action_is_valid"]`` of a parsed action: True, unless the env steps text it takes for
@@ -248,13 +290,107 @@ def check_bounds(config) -> None:
         optional = type(None) in typing.get_args(hints.get(f.name))
         if not limits or value is None and optional:
             continue
-        low, above, high = limits.get("min"), limits.get("above"), limits.get("max")
-        if value is None or low is not None and value < low or above is not None and value <= above \
-                or high is not None and value > high:
-            what = f"in [{low}, {high}]" if low is not None and high is not None else " and ".join(
-                f"{op} {limits[k]}" for k, op in (("min", ">="), ("above", ">"), ("max", "<=")) if k in limits)
-            why = f" ({f.metadata['why']})" if f.metadata.get("why") else ""
-            raise ValueError(f"{f.name} must be {what}{why}{' or None' if optional else ''}, got {value!r}")
+        Bounds(**limits, why=f.metadata.get("why", "")).check(f.name, value, optional=optional)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The allowed values of a number: at least ``min``, more than ``above``, at most ``max`` (None: no such
+    bound); ``why`` is the reason an error gives. An env declares its arguments' in ``argument_bounds``,
+    a config its fields' with ``bounded``. A pair or list (Sokoban's ``dim_room``) holds each of its numbers
+    to them."""
+
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None
+    why: str = ""
+
+    def text(self) -> str:
+        """The bounds in words: "in [2, 9]", ">= 0", "> 0 and <= 1"."""
+        if self.min is not None and self.max is not None:
+            return f"in [{self.min}, {self.max}]"
+        return " and ".join(f"{op} {v}" for v, op in ((self.min, ">="), (self.above, ">"), (self.max, "<="))
+                            if v is not None)
+
+    def admits(self, value) -> bool:
+        """Whether ``value`` is a number within the bounds (a bool, a string or NaN is not)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        return (self.min is None or value >= self.min) and (self.above is None or value > self.above) \
+            and (self.max is None or value <= self.max) and value == value
+
+    def check(self, name: str, value, optional: bool = False) -> None:
+        """A ValueError unless ``value`` (each of its numbers, for a pair or list) is within the bounds:
+        "size must be in [4, 9] (why), got 16"."""
+        values = list(value) if isinstance(value, (tuple, list)) else [value]
+        if values and all(self.admits(v) for v in values):
+            return
+        subject = f"each number of {name}" if isinstance(value, (tuple, list)) else name
+        why = f" ({self.why})" if self.why else ""
+        raise ValueError(f"{subject} must be {self.text()}{why}{' or None' if optional else ''}, got {_brief(value)}")
+
+
+def _brief(value) -> str:
+    """``repr(value)``, cut short (an int past Python's 4,300 printable digits has none)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "an integer too long to print"
+    return text if len(text) <= 100 else text[:100] + "..."
+
+
+#: The bounds of every env's ``max_steps``: an LLM agent's episode is far shorter, and the oracles that plan
+#: over the steps left (FrozenLake's value iteration) stay quick.
+MAX_STEPS = Bounds(min=1, max=10_000, why="steps of one episode")
+
+
+def call_arguments(cls: type, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of the call ``cls(*args, **kwargs)`` by name, those a ``**`` parameter takes included;
+    empty when they do not fit ``cls.__init__``, whose own TypeError then says why."""
+    signature = inspect.signature(cls.__init__)
+    try:
+        named = dict(signature.bind_partial(None, *args, **kwargs).arguments)
+    except TypeError:
+        return {}
+    for name, parameter in signature.parameters.items():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            named.update(named.pop(name, {}))
+    return named
+
+
+def check_argument_bounds(cls: type, arguments: dict[str, Any]) -> None:
+    """A ValueError for the first of ``arguments`` (name -> value) outside the bounds the env class declares
+    in ``argument_bounds``; None passes (an optional argument left to its default). ``LLMEnv.__new__`` and
+    ``registry.check_arguments`` (gym.make) call it: the one place an env's bounds are checked."""
+    bounds = getattr(cls, "argument_bounds", {})
+    for name, value in arguments.items():
+        if name in bounds and value is not None:
+            bounds[name].check(name, value)
+
+
+class GenerationBudgetError(ValueError):
+    """A generator spent its counted budget (search nodes, attempts) in one reset: the env's arguments ask for
+    more than a reset may cost. ``argument`` names the argument to change."""
+
+    def __init__(self, message: str, argument: str):
+        super().__init__(message)
+        self.argument = argument
+
+
+class Budget:
+    """The work one generation may do, counted: ``spend()`` once a unit (a search node, an attempt); past
+    ``limit`` units it raises a GenerationBudgetError naming ``argument`` and its ``value``, with ``advice``.
+    ``used`` is the count so far, which tests read (they count work, never time it)."""
+
+    def __init__(self, limit: int, unit: str, argument: str, value, advice: str):
+        self.limit, self.unit, self.argument, self.value, self.advice = limit, unit, argument, value, advice
+        self.used = 0
+
+    def spend(self, count: int = 1) -> None:
+        self.used += count
+        if self.used > self.limit:
+            raise GenerationBudgetError(f"generation took more than {self.limit:,} {self.unit} with "
+                                        f"{self.argument}={_brief(self.value)}: {self.advice}", self.argument)
 
 
 def check_choices(config) -> None:

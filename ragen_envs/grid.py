@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ragen_envs import rendering
-from ragen_envs.base import LLMEnv
+from ragen_envs.base import MAX_STEPS, Bounds, LLMEnv
 from ragen_envs.spaces import CHARSET, TextSpace
 
 # (row, column) steps; the order is the solvers' direction index.
@@ -39,6 +39,9 @@ class GridEnv(LLMEnv):
 
     metadata = {"render_modes": ["ansi", "rgb_array", "human"], "render_fps": 4}
     valid_actions = ACTION_NAMES
+    # a game declares its own arguments' (Sokoban's dim_room, FrozenLake's size), within these
+    argument_bounds = {"shape": Bounds(min=1, max=20, why="rows and columns: the observation spaces grow with them"),
+                       "max_steps": MAX_STEPS}
 
     SYMBOLS: str = ""  # symbol of each tile code
     ATLAS: np.ndarray  # image of each tile code, shape (codes, TILE, TILE, 3)

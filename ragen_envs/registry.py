@@ -26,6 +26,8 @@ from typing import Any
 
 import gymnasium
 
+from ragen_envs.base import check_argument_bounds
+
 #: The roles an entry may play: "default", the env a run or server takes when none is named; "demo",
 #: ``make demo``'s and the findings scripts' (a warm start learns it on the CPU); "smoke", the small,
 #: fast env with a finite action set that the shared tests drive.
@@ -61,6 +63,10 @@ class EnvEntry:
     # its model organism's SFT settings over trainers/config.py's ORGANISM_SFT, where it needs more
     # demonstrations to learn the env than the demo env does (`ragen sft --from-scratch`)
     organism_sft: dict[str, Any] = field(default_factory=dict)
+    # `ragen view` may rebuild it to redraw a saved episode's boards: made with its catalogue kwargs it only
+    # computes in memory (reads no file, fetches nothing, runs no program). False (the default) for an env
+    # that runs code, fetches or reads data: the viewer shows its saved text only
+    replayable: bool = False
 
     @property
     def visual(self) -> bool:
@@ -81,13 +87,14 @@ ONE_REPLY = {"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_p
 CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/Sokoban-v0", "ragen_envs.sokoban:SokobanEnv",
              "push every box onto a target; generated 6x6 levels with one box, always solvable",
-             presets=TEN_ACTIONS, max_tokens=100, roles=("default",)),
+             presets=TEN_ACTIONS, max_tokens=100, replayable=True, roles=("default",)),
     EnvEntry("Ragen/SokobanLarger-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban in 8x8 rooms with two boxes (RAGEN's LargerSokoban)",
-             kwargs={"dim_room": (8, 8), "num_boxes": 2}, presets=TEN_ACTIONS, max_tokens=100),
+             kwargs={"dim_room": (8, 8), "num_boxes": 2}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
     EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
-             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120, ragen_task="sokoban",
+             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120,
+             replayable=True, ragen_task="sokoban",
              # at 2 epochs its organism misreads the coordinates and plays below random (0.05-0.07 greedy on
              # held-out boards, random 0.15); at 8 it plays 0.31-0.43 but GRPO does not lift it; with a quarter
              # of its demonstrated replies two moves long it starts at 0.32 and GRPO learns when two pay
@@ -95,33 +102,36 @@ CATALOGUE: list[EnvEntry] = [
              organism_sft={"epochs": 8, "multi_move": 0.25}),
     EnvEntry("Ragen/SokobanGridVocab-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban drawn in other symbols, W . G C B A @ (RAGEN's SokobanDifferentGridVocab)",
-             kwargs={"symbols": "W.GCBA@"}, presets=TEN_ACTIONS, max_tokens=100),
+             kwargs={"symbols": "W.GCBA@"}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
     # RAGEN's VisualSimpleSokoban: the board as an image each turn (a vision-language model's env)
     EnvEntry("Ragen/SokobanVisual-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban seen as an image (RAGEN's VisualSimpleSokoban); for vision-language models",
-             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100),
+             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
     EnvEntry("Ragen/FrozenLake-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "cross the ice to the goal; random 4x4 maps with a path, no slip",
-             presets=TEN_ACTIONS, max_tokens=100, test_kwargs={"size": 3}, roles=("smoke",)),
+             presets=TEN_ACTIONS, max_tokens=100, replayable=True, test_kwargs={"size": 3}, roles=("smoke",)),
     EnvEntry("Ragen/FrozenLakeSlippery-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake where 2/3 of moves slip sideways (Gymnasium's is_slippery, RAGEN's default)",
-             kwargs={"slip": 2 / 3}, presets=TEN_ACTIONS, max_tokens=100),
+             kwargs={"slip": 2 / 3}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
     EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
-             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120, roles=("demo",),
+             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120,
+             replayable=True, roles=("demo",),
              ragen_task="frozenlake"),  # _3_frozen_lake.yaml: CoordFrozenLake with success_rate 1, no slip
     EnvEntry("Ragen/FrozenLakeVisual-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake seen as an image; for vision-language models",
-             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100, test_kwargs={"size": 3}),
+             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100,
+             replayable=True, test_kwargs={"size": 3}),
     # RAGEN's MetamathQA: one answer (max_actions_per_traj 1), but up to 5 replies to give it in the format
     EnvEntry("Ragen/MetaMathQA-v0", "ragen_envs.metamath:MetaMathQAEnv",
              "answer a math word problem; a wrong answer may be retried for half the reward; generated offline",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 5, "max_actions_per_turn": 1}},
-                                      "env_kwargs": {"max_attempts": 1}}}, max_tokens=100, ragen_task="metamathqa"),
+                                      "env_kwargs": {"max_attempts": 1}}}, max_tokens=100,
+             replayable=True, ragen_task="metamathqa"),
     EnvEntry("Ragen/Countdown-v0", "ragen_envs.countdown:CountdownEnv",
              "reach the target with 3-4 numbers in one expression (+ - * / allowed); the built-in tasks are "
              "signed sums, as RAGEN's data",
-             presets=ONE_REPLY, max_tokens=100, ragen_task="countdown"),
+             presets=ONE_REPLY, max_tokens=100, replayable=True, ragen_task="countdown"),
     # RAGEN's SearchQA (config/_9_search.yaml): 16 groups of 8, 5 replies of one action, 10 actions at most
     EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",
              "search a corpus (BM25), then answer; questions over country facts: single-hop, bridge, comparison",
@@ -136,39 +146,40 @@ CATALOGUE: list[EnvEntry] = [
              max_tokens=200, ragen_task="webshop"),
     EnvEntry("Ragen/Bandit-v0", "ragen_envs.bandit:BanditEnv",
              "pull one of two arms whose names hint at their payouts (a sure 0.1, or 1 a quarter of the time)",
-             presets=ONE_REPLY, max_tokens=100),
+             presets=ONE_REPLY, max_tokens=100, replayable=True),
     EnvEntry("Ragen/BanditTest-v0", "ragen_envs.bandit:BanditEnv",
              "the bandit with its held-out arm names, never seen in training (RAGEN's BanditTest)",
-             kwargs={"split": "test"}, presets=ONE_REPLY, max_tokens=100),
+             kwargs={"split": "test"}, presets=ONE_REPLY, max_tokens=100, replayable=True),
     # RAGEN's SimpleSudoku: 20 placements (one a reply here), 150 tokens a reply
     EnvEntry("Ragen/Sudoku-v0", "ragen_envs.sudoku:SudokuEnv",
              "fill a 9x9 Sudoku one number at a time; generated puzzles with one solution, 40% of cells empty",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 20, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 150}}}},
-             max_tokens=150, test_kwargs={"size": 4}),
+             max_tokens=150, replayable=True, test_kwargs={"size": 4}),
     # RAGEN's MediumSudoku: half the cells empty (its "medium"; SimpleSudoku's "easy" is 40%), 30 placements
     EnvEntry("Ragen/SudokuMedium-v0", "ragen_envs.sudoku:SudokuEnv",
              "Sudoku with half of the cells empty (RAGEN's MediumSudoku)", kwargs={"holes": 40},
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 30, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 150}}}},
-             max_tokens=150, test_kwargs={"size": 4, "holes": 8}),
+             max_tokens=150, replayable=True, test_kwargs={"size": 4, "holes": 8}),
     # RAGEN's game_2048: one move a reply, 256 tokens a reply, episodes of up to 700 moves; the shared
     # tests play to an 8 tile
     EnvEntry("Ragen/2048-v0", "ragen_envs.game2048:Game2048Env",
              "slide and merge the tiles of a 4x4 2048 grid towards a 2048 tile; random new tiles",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 700, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 256}}}},
-             max_tokens=8192, test_kwargs={"target": 8}),
+             max_tokens=8192, replayable=True, test_kwargs={"target": 8}),
     # RAGEN's rubikscube (config/_10_rubikscube.yaml): 25 replies of up to 4 moves, 500 tokens a reply, the
-    # last 5 turns in the prompt; 20 moves an episode (max_steps' default)
+    # last 5 turns in the prompt; 20 moves an episode (max_steps' default), scrambled one turn deep
     EnvEntry("Ragen/RubiksCube-v0", "ragen_envs.rubikscube:RubiksCubeEnv",
              "solve a 2x2 Rubik's Cube in quarter turns (U, U', ... B'); scrambles an exact number of turns "
              "from solved",
              presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 25, "max_actions_per_turn": 4},
                                                   "sampling": {"max_new_tokens": 500},
                                                   "context_window_mode": "limited_multi_turn",
-                                                  "max_context_window": 5}}},
-             max_tokens=96),
+                                                  "max_context_window": 5},
+                                      "env_kwargs": {"scramble_depth": 1}}},  # RAGEN's; solvable blind
+             max_tokens=96, replayable=True),
     # RAGEN's DeepCoder run (ragen/env/deepcoder/run.sh): 16 groups of 8, one reply of up to 5,000 tokens,
     # mini-batches of 4, 200 steps, top-p 0.9 (linear) without zero-variance groups
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
@@ -310,8 +321,9 @@ def _signature(cls: type) -> tuple[list[str] | None, dict]:
 
 
 def check_arguments(cls: type, kwargs: dict) -> None:
-    """A ValueError for a keyword argument the env class does not take ("did you mean") or whose value is
-    not of its annotated type, before the env's code meets it."""
+    """A ValueError for a keyword argument the env class does not take ("did you mean"), whose value is
+    not of its annotated type or outside the bounds the class declares (``base.check_argument_bounds``),
+    before the env's code meets it."""
     names, hints = _signature(cls)
     if names is not None:
         for key in kwargs:
@@ -323,6 +335,7 @@ def check_arguments(cls: type, kwargs: dict) -> None:
         wanted = type_mismatch(value, hints[key]) if key in hints else None
         if wanted:
             raise ValueError(f"argument {key!r} must be {wanted}, got {value!r}")
+    check_argument_bounds(cls, kwargs)
 
 
 def register(entry: EnvEntry) -> None:
@@ -352,4 +365,16 @@ def markdown_table() -> str:
     rows = ["| id | what | extra | offline data |", "|---|---|---|---|"]
     for e in ENVIRONMENTS.values():
         rows.append(f"| `{e.id}` | {e.description} | {e.extra or '-'} | {e.offline_data or 'no (network)'} |")
+    return "\n".join(rows)
+
+
+def bounds_table() -> str:
+    """The table of the catalogue's argument bounds in docs/envs.md: a row for each numeric argument of each
+    env class (``argument_bounds``), which every way of making the env checks."""
+    rows = ["| env | argument | allowed | why |", "|---|---|---|---|"]
+    for entry_point in dict.fromkeys(e.entry_point for e in CATALOGUE):
+        module, _, name = entry_point.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        for argument, bounds in cls.argument_bounds.items():
+            rows.append(f"| {name} | `{argument}` | {bounds.text()} | {bounds.why} |")
     return "\n".join(rows)

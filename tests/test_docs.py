@@ -149,3 +149,10 @@ def test_the_env_table_is_the_catalogue():
     from ragen_envs.registry import markdown_table
 
     assert markdown_table() in (DOCS / "envs.md").read_text()
+
+
+def test_the_argument_bounds_table_is_the_envs():
+    # Regenerate with: python -c "from ragen_envs.registry import bounds_table; print(bounds_table())"
+    from ragen_envs.registry import bounds_table
+
+    assert bounds_table() in (DOCS / "envs.md").read_text()

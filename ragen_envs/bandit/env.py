@@ -16,8 +16,10 @@ numbers). Success: pulling the risky arm, whatever it paid.
 Termination: terminated by the first valid pull; truncated after ``max_steps`` (2) steps of any kind.
 
 Arguments:
-- ``split``: ``"train"`` (12 pairs of names) or ``"test"`` (8 other pairs), as RAGEN splits them.
-- ``steady_reward=0.1``, ``jackpot=1.0``, ``jackpot_prob=0.25``, ``max_steps=2``, ``render_mode``.
+- ``split``: ``"train"`` (12 pairs of names) or ``"test"`` (12 other pairs, balanced so that
+  no surface feature of a name, its length, letters or place, tells the risky arm), as RAGEN splits them.
+- ``steady_reward=0.1``, ``jackpot=1.0``, ``jackpot_prob=0.25``, ``max_steps=2``, ``render_mode``; their
+  bounds: ``argument_bounds`` (docs/envs.md's table).
 
 ``reset(seed=s)`` draws the pair of names and their order from ``s``; the risky arm's payout is drawn
 at the pull (``options["transition_seed"]`` reseeds it, so a group's samples share the arms but not
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragen_envs.base import TextEnv, check_positive_int
+from ragen_envs.base import MAX_STEPS, Bounds, TextEnv, check_positive_int
 
 # (steady, risky): names of our own, a safe living beside a gamble
 PAIRS = {
@@ -36,20 +38,30 @@ PAIRS = {
               ("Clerk", "TreasureHunter"), ("Baker", "Speculator"), ("Surveyor", "Stuntman"),
               ("Librarian", "PokerPlayer"), ("Janitor", "Gold-digger"), ("Pharmacist", "Bounty-hunter"),
               ("Tailor", "Racehorse-owner"), ("Bus-driver", "Lottery-player"), ("Notary", "Wildcatter")],
-    "test": [("Registrar", "Adventurer"), ("Auditor", "Venture-capitalist"), ("Cobbler", "Smuggler"),
-             ("Archivist", "Dice-thrower"), ("Plumber", "Crypto-trader"), ("Typist", "Pearl-diver"),
-             ("Grocer", "Oil-prospector"), ("Teller", "High-roller")],
+    # Held out: balanced on every surface feature a policy could use without reading the names'
+    # meaning: the risky name is the longer, the later in the alphabet, the hyphenated, the one ending in
+    # "er", the one with more vowels (and so on) in about half of the pairs (tests/envs/test_bandit.py).
+    "test": [("Accountant", "Horse-bettor"), ("Saddler", "Raffle-buyer"), ("Court-reporter", "Adventurer"),
+             ("Locksmith", "High-roller"), ("Tax-collector", "Jackpot-chaser"), ("Potter", "Roulette-fan"),
+             ("Shelf-stocker", "Dice-thrower"), ("Cooper", "Smuggler"), ("Bank-examiner", "Punter"),
+             ("Payroll-officer", "Bettor"), ("Dock-inspector", "Risk-taker"), ("Mail-carrier", "Card-counter")],
 }
 
 
 class BanditEnv(TextEnv):
+    agent_info_keys = ("arms",)  # the names the prompt shows
+    argument_bounds = {
+        "steady_reward": Bounds(min=0, max=1000, why="and below jackpot * jackpot_prob"),
+        "jackpot": Bounds(min=0, max=1000, why="the risky arm's payout"),
+        "jackpot_prob": Bounds(min=0, max=1, why="a probability"),
+        "max_steps": MAX_STEPS,
+    }
+
     def __init__(self, split: str = "train", steady_reward: float = 0.1, jackpot: float = 1.0,
                  jackpot_prob: float = 0.25, max_steps: int = 2, render_mode: str | None = None):
         check_positive_int("max_steps", max_steps)
         if split not in PAIRS:
             raise ValueError(f"split must be one of {', '.join(PAIRS)}, got {split!r}")
-        if not 0 <= jackpot_prob <= 1:
-            raise ValueError(f"jackpot_prob must be in [0, 1], got {jackpot_prob!r}")
         if not jackpot * jackpot_prob > steady_reward >= 0:
             raise ValueError("the risky arm must pay more on average: need jackpot * jackpot_prob > steady_reward "
                              f">= 0, got {jackpot} * {jackpot_prob} and {steady_reward}")

@@ -37,6 +37,8 @@ Arguments:
 - ``min_numbers=3``, ``max_numbers=4``, ``max_number=99``, ``min_target=10``, ``max_target=100``,
   ``operators="+-"``: the built-in generator's settings (``generator.CountdownConfig``).
 - ``answer_check`` (above), ``max_steps=3``, ``render_mode`` (``"ansi"`` or None).
+- The bounds of the numbers: ``argument_bounds`` (docs/envs.md's table); a target range the generator's
+  draws do not reach is a GenerationBudgetError at reset, naming ``min_target``.
 
 ``reset(seed=s)`` picks the task from ``s``; ``reset(options={"task": {"target": 24, "nums": [...]}})``
 plays a given one, held to a record's bounds (a ValueError otherwise). ``oracle_action()`` returns a
@@ -51,7 +53,7 @@ from functools import partial
 from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, MAX_STEPS, Bounds, TextEnv, check_positive_int, open_text
 from ragen_envs.countdown import ragen_rule
 from ragen_envs.countdown.expression import Expression, parse, solve
 from ragen_envs.countdown.generator import MAX_NUMBERS, MAX_VALUE, CountdownConfig, CountdownTask, generate
@@ -97,6 +99,18 @@ def _brief(value) -> str:
 class CountdownEnv(TextEnv):
     instructions = INSTRUCTIONS
     reset_options = ("task",)
+    agent_info_keys = ("target", "nums")  # what the prompt shows
+    argument_bounds = {
+        "max_steps": MAX_STEPS,
+        "max_instances": Bounds(min=1, max=1_000_000, why="records kept, each checked for a +- solution"),
+        # the built-in generator's (CountdownConfig checks how they go together); a target range no draw
+        # reaches is a GenerationBudgetError at reset (generator.MAX_DRAWS)
+        "min_numbers": Bounds(min=2, max=MAX_NUMBERS, why="the solver's limit"),
+        "max_numbers": Bounds(min=2, max=MAX_NUMBERS, why="the solver's limit"),
+        "max_number": Bounds(min=2, max=MAX_VALUE, why="numbers are drawn from 1 to it"),
+        "min_target": Bounds(min=1, max=MAX_VALUE, why="and at most max_target"),
+        "max_target": Bounds(min=1, max=MAX_VALUE, why="and at least min_target"),
+    }
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 3,
                  render_mode: str | None = None, answer_check: Literal["ragen", "strict"] = "ragen",

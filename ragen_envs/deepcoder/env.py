@@ -42,7 +42,7 @@ Arguments:
   DeepCoder-Preview's fields ``problem`` and ``tests`` (plus ``metadata``, ``starter_code``).
 - ``split``: ``"train"`` or ``"test"`` (built-in: a fixed 80/20 split).
 - ``max_attempts=1``, ``sandbox="bubblewrap"``, ``limits`` (a ``sandbox.Limits``), ``compare``,
-  ``render_mode``.
+  ``render_mode``. The bounds of ``max_attempts``: ``argument_bounds`` (docs/envs.md's table).
 
 ``reset(seed=s)`` picks the problem from ``s`` (a dataset's item ``Random(s).randint(0, n - 1)``, RAGEN's
 pick); ``reset(options={"problem": Problem(...)})`` poses a given one. ``oracle_action()`` returns the
@@ -56,7 +56,7 @@ import random
 from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_positive_int, open_text
+from ragen_envs.base import Bounds, TextEnv, check_positive_int, open_text
 from ragen_envs.deepcoder import problems
 from ragen_envs.deepcoder.problems import Problem, program_of, stdout_matches, values_match
 from ragen_envs.deepcoder.sandbox import Limits, Run, make_sandbox
@@ -127,6 +127,8 @@ def failure_note(index: int, test: dict, run: Run) -> str:
 class DeepCoderEnv(TextEnv):
     instructions = INSTRUCTIONS
     reset_options = ("problem",)
+    agent_info_keys = ("tests", "passed_share")  # what the feedback tells
+    argument_bounds = {"max_attempts": Bounds(min=1, max=100, why="programs one episode runs, each in the sandbox")}
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 1,
                  sandbox: str = "bubblewrap", limits: Limits | None = None, render_mode: str | None = None,

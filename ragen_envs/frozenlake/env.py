@@ -34,7 +34,9 @@ At reset also ``optimal_solution_length``: the shortest path's length in moves (
 ## Arguments
 ``size=4``, ``p=0.8`` (frozen-tile probability), ``slip=0.0``, ``max_steps=100``,
 ``observation_format="grid"``, ``observation_type="text"``, ``render_mode`` (``ansi``,
-``rgb_array``, ``human``).
+``rgb_array``, ``human``). Their bounds: ``argument_bounds`` (docs/envs.md's table). A map is drawn
+at most ``MAX_ATTEMPTS`` times (a GenerationBudgetError naming ``p`` past that; with start and goal
+side by side in one draw of 100 even at size 20, it never comes to that).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from collections import deque
 import numpy as np
 
 from ragen_envs import rendering
+from ragen_envs.base import MAX_STEPS, Bounds, Budget
 from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, ObservationFormat, ObservationType, format_cells
 
 FROZEN, HOLE, GOAL, PLAYER, PLAYER_IN_HOLE, PLAYER_ON_GOAL = range(6)
@@ -79,15 +82,17 @@ def _atlas() -> np.ndarray:
     ])
 
 
-def generate_map(rng: np.random.Generator, size: int, p: float):
-    """(holes bool array, start, goal) with a frozen path from start to goal."""
-    for _ in range(MAX_ATTEMPTS):
+def generate_map(rng: np.random.Generator, size: int, p: float, budget: Budget | None = None):
+    """(holes bool array, start, goal) with a frozen path from start to goal; each map drawn spends one
+    unit of ``budget`` (default: ``MAX_ATTEMPTS`` maps)."""
+    budget = budget or Budget(MAX_ATTEMPTS, "maps drawn", "p", p, "raise p, so that more maps have a path")
+    while True:
+        budget.spend()
         holes = rng.random((size, size)) >= p
         start, goal = (divmod(int(i), size) for i in rng.choice(size * size, size=2, replace=False))
         holes[start] = holes[goal] = False
         if shortest_path(holes, start, goal) is not None:
             return holes, start, goal
-    raise RuntimeError(f"no FrozenLake map with a path found for size={size}, p={p}; raise p")
 
 
 def shortest_path(holes: np.ndarray, start, goal) -> list[str] | None:
@@ -115,6 +120,12 @@ class FrozenLakeEnv(GridEnv):
     """FrozenLake for LLM agents, with random maps and tunable slip. See the module docstring."""
 
     reset_options = ("map",)
+    argument_bounds = {
+        "size": Bounds(min=2, max=20, why="rows and columns"),
+        "p": Bounds(above=0, max=1, why="the chance that a tile is frozen"),
+        "slip": Bounds(min=0, max=1, why="the chance that a move slips sideways"),
+        "max_steps": MAX_STEPS,
+    }
 
     SYMBOLS = "_OGPX√"
     ATLAS = _atlas()
@@ -122,12 +133,8 @@ class FrozenLakeEnv(GridEnv):
     def __init__(self, size: int = 4, p: float = 0.8, slip: float = 0.0, max_steps: int = 100,
                  observation_format: ObservationFormat = "grid", observation_type: ObservationType = "text",
                  render_mode: str | None = None):
-        if not isinstance(size, int) or not 2 <= size <= 20:
-            raise ValueError(f"size must be an integer from 2 to 20, got {size!r}")
-        if not 0 < p <= 1:
-            raise ValueError(f"p (frozen-tile probability) must be in (0, 1], got {p!r}")
-        if not 0 <= slip <= 1:
-            raise ValueError(f"slip must be in [0, 1], got {slip!r}")
+        if not isinstance(size, int):  # its bounds: argument_bounds
+            raise ValueError(f"size must be an integer, got {size!r}")
         super().__init__((size, size), max_steps, observation_format, observation_type, render_mode)
         self.size, self.p, self.slip = size, float(p), float(slip)
         self.instructions = INSTRUCTIONS + (SLIP_NOTE.format(slip=self.slip) if self.slip > 0 else "")

@@ -15,7 +15,8 @@ tile of ``target`` (2048) or more.
 Termination: terminated when no move can change the grid; truncated after ``max_steps`` (700, RAGEN's
 actions per episode).
 
-Arguments: ``size`` (4), ``target`` (2048), ``two_prob`` (0.9), ``max_steps`` (700), ``render_mode``.
+Arguments: ``size`` (4), ``target`` (2048), ``two_prob`` (0.9), ``max_steps`` (700), ``render_mode``. Their
+bounds: ``argument_bounds`` (docs/envs.md's table).
 
 ``reset(seed=s)`` places the first two tiles from ``s``; ``options["transition_seed"]`` reseeds the
 tiles that follow. ``oracle_action()`` is a one-move lookahead: the move with the most merged value,
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ragen_envs.base import TextEnv, check_positive_int
+from ragen_envs.base import MAX_STEPS, Bounds, TextEnv, check_positive_int
 
 MOVES = ("Up", "Right", "Down", "Left")
 
@@ -54,17 +55,22 @@ def slide(grid: np.ndarray, move: str) -> tuple[np.ndarray, int]:
 
 
 class Game2048Env(TextEnv):
+    agent_info_keys = ("score", "max_tile")  # read off the grid
     valid_actions = list(MOVES)
+    argument_bounds = {
+        "size": Bounds(min=2, max=8, why="rows and columns; the largest tile, 2 ** (cells + 1), stays a float"),
+        "target": Bounds(min=4, max=2 ** 20, why="a power of two"),
+        "two_prob": Bounds(min=0, max=1, why="the chance that a new tile is a 2"),
+        "max_steps": MAX_STEPS,
+    }
 
     def __init__(self, size: int = 4, target: int = 2048, two_prob: float = 0.9, max_steps: int = 700,
                  render_mode: str | None = None):
         check_positive_int("max_steps", max_steps)
-        if not isinstance(size, int) or size < 2:
-            raise ValueError(f"size must be an integer >= 2, got {size!r}")
-        if not isinstance(target, int) or target < 4 or target & (target - 1):
+        if not isinstance(size, int):  # the bounds of the numbers: argument_bounds
+            raise ValueError(f"size must be an integer, got {size!r}")
+        if not isinstance(target, int) or target & (target - 1):
             raise ValueError(f"target must be a power of two >= 4, got {target!r}")
-        if not 0 <= two_prob <= 1:
-            raise ValueError(f"two_prob must be in [0, 1], got {two_prob!r}")
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.size, self.target, self.two_prob = size, target, two_prob
         # merges add up to at most the grid's sum, whose largest tile is 2 ** (cells + 1)

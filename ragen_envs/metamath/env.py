@@ -27,7 +27,8 @@ Arguments:
   and RAGEN validates on it too: the hub source reads it for both.
 - ``selection``: of a dataset's records, ``"ragen"`` (default): a reset with seed s plays item
   ``Random(s).randint(0, n - 1)`` (RAGEN's pick); ``"draw"``: the env's generator draws one.
-- ``answer_check`` (above), ``max_attempts=3``, ``render_mode`` (``"ansi"`` or None).
+- ``answer_check`` (above), ``max_attempts=3`` (its bounds: ``argument_bounds``, docs/envs.md's table),
+  ``render_mode`` (``"ansi"`` or None).
 
 ``reset(seed=s)`` picks the question from ``s``; ``reset(options={"problem": {"query": ..., "response":
 ...}})`` asks a given one. ``oracle_action()`` returns the gold answer (RAGEN's label under "exact").
@@ -40,7 +41,7 @@ from collections import deque
 from typing import Any, Literal, NamedTuple
 
 from ragen_envs import data
-from ragen_envs.base import TextEnv, check_positive_int, open_text
+from ragen_envs.base import MAX_STEPS, TextEnv, check_positive_int, open_text
 from ragen_envs.metamath.answers import exact_match, gold_from_response, is_correct, ragen_label
 from ragen_envs.metamath.generator import generate
 
@@ -79,6 +80,7 @@ def builtin_problem(rng) -> Problem:
 class MetaMathQAEnv(TextEnv):
     instructions = INSTRUCTIONS
     reset_options = ("problem",)
+    argument_bounds = {"max_attempts": MAX_STEPS}  # its steps
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_attempts: int = 3,
                  render_mode: str | None = None, answer_check: Literal["exact", "normalized"] = "exact",

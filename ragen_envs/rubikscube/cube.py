@@ -17,16 +17,21 @@ table over all 3,674,160 positions, built with numpy once a process (under half 
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
 from operator import itemgetter
 
 import numpy as np
+
+from ragen_envs.base import Budget
+from ragen_envs.once import build_once
 
 FACES = "ULFRBD"
 COLOURS = "WOGRBY"  # each face's colour in the solved cube, in FACES order
 SOLVED = "".join(c * 4 for c in COLOURS)
 MOVES = ("U", "U'", "D", "D'", "L", "L'", "R", "R'", "F", "F'", "B", "B'")
 GODS_NUMBER = 14  # the farthest position, in quarter turns
+# Scrambles tried (each up to its dead end) before a GenerationBudgetError: depth 14 takes 200 on average
+# (1,483 the most of 100 seeds; the count is about geometric, so past 10,000 one reset in e**50), 13 takes 3.
+MAX_SCRAMBLES = 10_000
 
 # face: (outward normal, the direction of its "right" and of its "down" in the net)
 FRAMES = {"U": ((0, 1, 0), (1, 0, 0), (0, 0, 1)), "L": ((-1, 0, 0), (0, 0, 1), (0, -1, 0)),
@@ -216,7 +221,7 @@ def _coordinate_tables() -> tuple[np.ndarray, np.ndarray]:
     return perm_table, twist_table
 
 
-@lru_cache(maxsize=1)
+@build_once  # concurrent first resets (an env server's) build it once, not once per thread
 def distance_table() -> np.ndarray:
     """Quarter turns to solved of every position (int8), by breadth-first search from solved."""
     perm_table, twist_table = _coordinate_tables()
@@ -257,10 +262,14 @@ def solution(state: str) -> list[str]:
     return moves
 
 
-def scramble(depth: int, rng: np.random.Generator) -> str:
+def scramble(depth: int, rng: np.random.Generator, budget: Budget | None = None) -> str:
     """A state exactly ``depth`` quarter turns from solved: random moves from the solved cube, each one
-    drawn among those that take it one turn farther, starting again from solved at a dead end."""
+    drawn among those that take it one turn farther, starting again from solved at a dead end. Each try
+    spends one unit of ``budget`` (default: ``MAX_SCRAMBLES`` tries)."""
+    budget = budget or Budget(MAX_SCRAMBLES, "scrambles tried", "scramble_depth", depth,
+                              "use a smaller scramble_depth")
     while True:
+        budget.spend()
         state = SOLVED
         for d in range(depth):
             farther = [m for m in MOVES if distance(apply(state, m)) == d + 1]

@@ -17,8 +17,9 @@ Empty text, control characters and text over 10,000 characters are invalid actio
 
 Reward: ``search`` 0; ``finish`` 1 on an exact match with the gold answer, else the token F1 when it
 is at least 0.3, else 0 (HotpotQA's answer normalisation, ``scoring.py``); an answer that names another
-option of a question that offers two ("..., Estonia or Latvia?") scores 0, so hedging with both never pays
-(RAGEN's F1 pays it 0.67: a departure on purpose). Success, by ``success``:
+candidate scores 0: another option of a question that offers two ("..., Estonia or Latvia?"), or the
+answer of another question of its kind ("Northern Europe, Western Asia" for a subregion question), so a
+hedge never pays (RAGEN's F1 pays it: a departure on purpose). Success, by ``success``:
 ``"ragen"`` (default) a reward above 0 (an exact match or F1 >= 0.3), ``"exact"`` an exact match.
 
 Termination: an answer ends the episode; it is truncated after ``max_steps`` (default 10).
@@ -37,7 +38,8 @@ Arguments:
   optionally ``title`` and ``id``, searched with BM25 (``bm25s``; one index per corpus and process).
 - ``retriever_url``: a retrieval server to search instead, speaking ``retriever_api``: ``"ragen"``
   (RAGEN's server: ``POST {url}/retrieve``) or ``"search-r1"`` (``POST url``); see ``retrieval.py``.
-- ``top_k=5``, ``max_passage_chars=800``, ``max_total_chars=4000`` (RAGEN's), ``max_steps=10``,
+- ``top_k=5``, ``max_passage_chars=800``, ``max_total_chars=4000`` (RAGEN's), ``max_steps=10`` (the bounds
+  of the numbers: ``argument_bounds``, docs/envs.md's table),
   ``invalid_action``, ``success``, ``render_mode`` (``"ansi"`` or None).
 
 ``reset(seed=s)`` picks the question from ``s``; ``reset(options={"question": {"question": ...,
@@ -51,17 +53,18 @@ import re
 from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, MAX_STEPS, Bounds, TextEnv, check_positive_int, open_text
 from ragen_envs.searchqa import corpus as builtin
 from ragen_envs.searchqa.corpus import Passage, Question
 from ragen_envs.searchqa.retrieval import HTTPRetriever, PassageIndex, RetrievalError
-from ragen_envs.searchqa.scoring import exact_match, extract_answer, reward
+from ragen_envs.searchqa.scoring import exact_match, extract_answer, kind, reward
 
 HUB_NAME = "hotpotqa/hotpot_qa:distractor"
 FIELDS = ("question", "answer")
 PASSAGE_FIELDS = ("text",)
 ACTION = re.compile(r"\s*(search|finish)\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
 MAX_QUERY_CHARS = 500
+HEDGE_POOL = 5000  # questions whose answers are the candidates of a hedge (enough for every kind here)
 
 INSTRUCTIONS = (
     "Answer the question using a search engine over a document collection. Actions: search[query] "
@@ -89,6 +92,15 @@ def load_corpus(source: Any) -> tuple[Passage, ...]:
 class SearchQAEnv(TextEnv):
     instructions = INSTRUCTIONS
     reset_options = ("question",)
+    agent_info_keys = ("searches",)  # not gold_retrieved: it says which search found the answer
+    shared_on_copy = ("retriever", "_passages", "source")
+    argument_bounds = {
+        "top_k": Bounds(min=1, max=50, why="passages a search returns; RAGEN's server returns 50 at most"),
+        "max_passage_chars": Bounds(min=1, max=TextEnv.max_observation_chars, why="an observation's length"),
+        "max_total_chars": Bounds(min=1, max=TextEnv.max_observation_chars, why="an observation's length"),
+        "max_steps": MAX_STEPS,
+        "max_instances": Bounds(min=1, max=1_000_000, why="records kept"),
+    }
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", corpus: Any = "builtin",
                  retriever_url: str | None = None, retriever_api: str = "ragen", top_k: int = 5,
@@ -117,6 +129,7 @@ class SearchQAEnv(TextEnv):
         self.retrieved: set[str] = set()
         self.answer: str | None = None
         self.reward = 0.0
+        self._kinds: dict[str, frozenset[str]] | None = None  # kind -> its answers (built at the first answer)
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         if "question" in options:
@@ -148,7 +161,8 @@ class SearchQAEnv(TextEnv):
         verb, argument = action
         if verb in ("finish", "answer"):
             self.answer = argument if verb == "finish" else extract_answer(argument)
-            self.reward = reward(self.answer, self.question.answer, question=self.question.question)
+            self.reward = reward(self.answer, self.question.answer, question=self.question.question,
+                                 candidates=self._candidates(self.question.question))
             return self.reward, True, True
         self.queries.append(argument)
         try:
@@ -165,6 +179,17 @@ class SearchQAEnv(TextEnv):
     def _extra_info(self) -> dict[str, Any]:
         gold = set(self.question.supporting) if self.question else set()
         return {"gold_retrieved": bool(gold & self.retrieved), "searches": len(self.queries)}
+
+    def _candidates(self, question: str) -> frozenset[str]:
+        """The gold answers of the source's questions of the same kind (``scoring.kind``; the first
+        ``HEDGE_POOL`` questions): the candidates an answer must not name beside its own."""
+        if self._kinds is None:
+            kinds: dict[str, set[str]] = {}
+            for i in range(min(len(self.source), HEDGE_POOL)):
+                item = self.source[i]
+                kinds.setdefault(kind(item.question), set()).add(item.answer)
+            self._kinds = {k: frozenset(v) for k, v in kinds.items()}
+        return self._kinds.get(kind(question), frozenset())
 
     def _text(self) -> str:
         lines = [f"Question: {self.question.question}",

@@ -1,7 +1,8 @@
 """Answer scoring as in HotpotQA's evaluation (and RAGEN's SearchQA): normalise (lower case, no
 punctuation, no articles, single spaces), then exact match and token F1 (0 when either side is yes, no
-or noanswer and they differ); an answer naming both options of a "..., A or B?" question scores 0
-(a departure from RAGEN, whose F1 pays that hedge); and RAGEN's reading of an answer from a reply that did not use
+or noanswer and they differ); an answer naming another candidate, an option of a "..., A or B?"
+question or an answer of another question of its kind, scores 0 (a departure from RAGEN, whose F1 pays
+that hedge); and RAGEN's reading of an answer from a reply that did not use
 finish[...]."""
 
 from __future__ import annotations
@@ -47,20 +48,28 @@ def options(question: str) -> tuple[str, ...]:
     return match.groups() if match else ()
 
 
-def hedges(prediction: str, gold: str, question: str) -> bool:
-    """Whether the answer names an option of the question other than the gold one ("Estonia Latvia"
-    for Estonia): F1 would pay the hedge 0.67, more than a guess earns on average."""
+def hedges(prediction: str, gold: str, question: str, candidates=()) -> bool:
+    """Whether the answer names a candidate other than the gold one: an option of the question
+    ("Estonia Latvia" for Estonia), or any of ``candidates``, the answers of questions of the same
+    kind ("Western Eastern Southern Northern Europe" for Western Europe). F1 would pay such a hedge more
+    than a guess earns on average, so an answer naming several candidates counts as none of them."""
     said, right = set(normalise(prediction).split()), set(normalise(gold).split())
-    return any(words and words <= said and not words <= right
-               for words in (set(normalise(o).split()) for o in options(question)))
+    named = (set(normalise(c).split()) for c in (*options(question), *candidates))
+    return any(words and words <= said and not words <= right for words in named)
 
 
-def reward(prediction: str, gold: str, min_f1: float = 0.3, question: str = "") -> float:
+def kind(question: str) -> str:
+    """A question's kind, for the candidates of ``hedges``: its first five words, normalised ("what is
+    capital of" gathers the capital questions, "in which subregion of world" the subregion ones)."""
+    return " ".join(normalise(question).split()[:5])
+
+
+def reward(prediction: str, gold: str, min_f1: float = 0.3, question: str = "", candidates=()) -> float:
     """1 on exact match, else the token F1 when it reaches ``min_f1``, else 0; 0 for an answer that
-    names an option of ``question`` other than the gold one (a hedge)."""
+    names a candidate other than the gold one (an option of ``question``, or one of ``candidates``)."""
     if exact_match(prediction, gold):
         return 1.0
-    if hedges(prediction, gold, question):
+    if hedges(prediction, gold, question, candidates):
         return 0.0
     score = f1(prediction, gold)
     return score if score >= min_f1 else 0.0

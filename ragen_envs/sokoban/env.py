@@ -43,7 +43,8 @@ cost; at 10x10 with 3 boxes about 3% of levels exceed it, the default rooms neve
 ``observation_format="grid"``, ``observation_type="text"``, ``symbols="#_O√XPS"`` (the ``grid`` symbols of
 wall, floor, target, box on target, box, player, player on target; RAGEN's SokobanDifferentGridVocab
 uses ``"W.GCBA@"``), ``render_mode`` (``ansi``,
-``rgb_array``, ``human``).
+``rgb_array``, ``human``). Their bounds: ``argument_bounds`` (docs/envs.md's table). Arguments where no level
+turns up in ``generator.MAX_ATTEMPTS`` rooms carved raise a GenerationBudgetError naming ``dim_room``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from ragen_envs import rendering
-from ragen_envs.base import check_positive_int
+from ragen_envs.base import MAX_STEPS, Bounds, check_positive_int
 from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, ObservationFormat, ObservationType, format_cells
 from ragen_envs.sokoban.generator import Level, generate_level
 from ragen_envs.sokoban.solver import solve
@@ -93,6 +94,13 @@ class SokobanEnv(GridEnv):
     """Sokoban for LLM agents. See the module docstring for spaces, rewards and arguments."""
 
     reset_options = ("level",)
+    argument_bounds = {
+        "dim_room": Bounds(min=3, max=20, why="rows and columns, the border included"),
+        "num_boxes": Bounds(min=1, max=10, why="at most a third of the room's inner cells"),
+        "max_steps": MAX_STEPS,
+        "search_depth": Bounds(min=1, max=1000, why="moves of each reverse walk; four walks a room"),
+        "solver_nodes": Bounds(min=1, max=50_000, why="states the solve at reset expands, each a few microseconds"),
+    }
 
     SYMBOLS = "#_O√XPS"
     ATLAS = _atlas()
@@ -108,8 +116,6 @@ class SokobanEnv(GridEnv):
                 or any(ch.isspace() for ch in symbols):
             raise ValueError(f"symbols must be {len(TILE_NAMES)} different characters, one for each of "
                              f"{', '.join(TILE_NAMES)} (default {self.SYMBOLS!r}), got {symbols!r}")
-        if rows * cols > 400:
-            raise ValueError(f"dim_room must have at most 400 cells, got {dim_room!r}")
         inner = (max(rows - 2, 0), max(cols - 2, 0))
         if min(inner) < 1 or max(inner) < 3:
             raise ValueError(f"dim_room={dim_room!r} is too small for any box: one push needs three free cells "

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAX_ATTEMPTS = 1000  # rooms tried before giving up; a failure here means impossible arguments
+from ragen_envs.base import Budget
+
+MAX_ATTEMPTS = 1000  # rooms tried before giving up (a GenerationBudgetError); a failure means impossible arguments
 WALKS_PER_ROOM = 4  # reverse walks per room, from different placements; the best is kept
 
 
@@ -118,9 +120,14 @@ def _manhattan(a: int, b: int, cols: int) -> int:
 
 
 def generate_level(rng: np.random.Generator, dim_room: tuple[int, int], num_boxes: int,
-                   search_depth: int) -> Level:
+                   search_depth: int, budget: Budget | None = None) -> Level:
+    """A level by reverse play; each room carved spends one unit of ``budget`` (default: ``MAX_ATTEMPTS``
+    rooms, each of ``WALKS_PER_ROOM`` walks of ``search_depth`` moves, so the work is counted)."""
     rows, cols = dim_room
-    for _ in range(MAX_ATTEMPTS):
+    budget = budget or Budget(MAX_ATTEMPTS, "rooms", "dim_room", dim_room,
+                              f"use a larger room or fewer boxes than num_boxes={num_boxes}")
+    while True:
+        budget.spend()
         walls = carve_room(rng, rows, cols)
         free = np.flatnonzero(~walls.ravel())
         if len(free) < num_boxes + 2:
@@ -135,7 +142,3 @@ def generate_level(rng: np.random.Generator, dim_room: tuple[int, int], num_boxe
             _, boxes, player = best
             player = _random_reachable(rng, walls, boxes, player)
             return Level(rows, cols, walls, frozenset(targets), boxes, player)
-    raise RuntimeError(
-        f"could not generate a Sokoban level with dim_room={dim_room}, num_boxes={num_boxes}, "
-        f"search_depth={search_depth} in {MAX_ATTEMPTS} attempts; use a larger room or fewer boxes"
-    )

@@ -24,9 +24,10 @@ audit (``benchmarks/reward_audit.py``) measures it below the solver.
 
 Termination: terminated when the grid is solved; truncated after ``max_steps`` (81) actions.
 
-Arguments: ``size`` (9, or 4 for 2x2 boxes), ``holes`` (empty cells; default 40% of the grid, RAGEN's
-"easy"), ``correct_reward=1.0``, ``mistake_penalty=-0.1``, ``solved_bonus=10.0``, ``max_steps=81``,
-``render_mode``.
+Arguments: ``size`` (9, or 4 for 2x2 boxes), ``holes`` (empty cells, 1 to 50 and fewer than the grid's;
+default 40% of the grid, RAGEN's "easy"; where no more cells can be emptied with one solution left, the
+puzzle has fewer), ``correct_reward=1.0``, ``mistake_penalty=-0.1``, ``solved_bonus=10.0``, ``max_steps=81``,
+``render_mode``. Their bounds: ``argument_bounds`` (docs/envs.md's table).
 
 ``reset(seed=s)`` generates the puzzle from ``s``. ``oracle_action()`` places the solution's number in
 the empty cell with the fewest candidates (a solver's move); ``oracle_reasoning()`` says why it fits.
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ragen_envs.base import TextEnv, check_positive_int
+from ragen_envs.base import MAX_STEPS, Bounds, TextEnv, check_positive_int
 from ragen_envs.sudoku.puzzles import box_side, candidates, generate
 
 # A number has at most 4 digits: int() of a 4,301-digit numeral raises (Python's digit limit), and no
@@ -54,6 +55,16 @@ FORMATS = [re.compile(p.replace("NUM", N)) for p in (
 
 
 class SudokuEnv(TextEnv):
+    agent_info_keys = ("empty_cells",)  # read off the grid
+    argument_bounds = {
+        "size": Bounds(min=4, max=9, why="a square: 4 or 9; a 16x16 puzzle with one solution takes minutes to make"),
+        "holes": Bounds(min=1, max=50, why="empty cells; a sparser puzzle takes long to prove it has one solution"),
+        "correct_reward": Bounds(above=0, max=100, why="pays a right number"),
+        "mistake_penalty": Bounds(min=-100, max=0, why="a penalty"),
+        "solved_bonus": Bounds(min=0, max=1000, why="a bonus"),
+        "max_steps": MAX_STEPS,
+    }
+
     def __init__(self, size: int = 9, holes: int | None = None, correct_reward: float = 1.0,
                  mistake_penalty: float = -0.1, solved_bonus: float = 10.0, max_steps: int = 81,
                  render_mode: str | None = None):
@@ -63,8 +74,6 @@ class SudokuEnv(TextEnv):
         check_positive_int("max_steps", max_steps)
         if holes >= size * size:
             raise ValueError(f"holes must be fewer than the {size * size} cells, got {holes}")
-        if correct_reward <= 0 or mistake_penalty > 0 or solved_bonus < 0:
-            raise ValueError("need correct_reward > 0, mistake_penalty <= 0 and solved_bonus >= 0")
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.size, self.holes = size, holes
         self.correct_reward, self.mistake_penalty, self.solved_bonus = correct_reward, mistake_penalty, solved_bonus

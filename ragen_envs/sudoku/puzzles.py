@@ -4,11 +4,22 @@ A puzzle of side n (4 or 9: boxes of sqrt(n) x sqrt(n)) is made from a ``numpy``
 grid by randomised backtracking, then cells emptied one at a time in random order, each kept empty
 only if the puzzle still has a single solution, until ``holes`` cells are empty (or no cell can be
 emptied without a second solution). Grids are ``numpy`` arrays with 0 for an empty cell.
+
+Both searches are counted (``Budget``): a reset that would spend more search nodes than ``FILL_NODES`` or
+``DIG_NODES`` raises a GenerationBudgetError naming ``size`` or ``holes`` instead of running on.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ragen_envs.base import Budget
+
+# Search nodes one reset may spend filling the grid and digging its holes. The most 2,300 seeds took at
+# the largest allowed size and holes (9, 50): 102 to fill, 8,095 to dig; a 16x16 grid's digging runs past
+# any budget, which is why the env's bounds stop at 9.
+FILL_NODES = 10_000
+DIG_NODES = 200_000
 
 
 def box_side(n: int) -> int:
@@ -27,9 +38,11 @@ def candidates(grid: np.ndarray, row: int, col: int) -> list[int]:
     return [v for v in range(1, n + 1) if v not in used]
 
 
-def solutions(grid: np.ndarray, limit: int = 2, rng: np.random.Generator | None = None) -> list[np.ndarray]:
+def solutions(grid: np.ndarray, limit: int = 2, rng: np.random.Generator | None = None,
+              budget: Budget | None = None) -> list[np.ndarray]:
     """Up to ``limit`` solutions of ``grid``: backtracking over the cell with the fewest candidates,
-    with bit masks of the numbers each row, column and box holds (values in random order with ``rng``)."""
+    with bit masks of the numbers each row, column and box holds (values in random order with ``rng``);
+    each node of the search spends one unit of ``budget``."""
     n = grid.shape[0]
     b = box_side(n)
     cells = [int(v) for v in grid.ravel()]
@@ -45,6 +58,8 @@ def solutions(grid: np.ndarray, limit: int = 2, rng: np.random.Generator | None 
     found: list[np.ndarray] = []
 
     def search() -> bool:
+        if budget is not None:
+            budget.spend()
         best, best_mask, best_count = -1, 0, n + 1
         for i in empties:
             if cells[i]:
@@ -82,10 +97,15 @@ def solutions(grid: np.ndarray, limit: int = 2, rng: np.random.Generator | None 
     return found
 
 
-def generate(rng: np.random.Generator, n: int = 9, holes: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    """(puzzle, its one solution)."""
+def generate(rng: np.random.Generator, n: int = 9, holes: int = 32, fill: Budget | None = None,
+             dig: Budget | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(puzzle, its one solution). ``fill`` and ``dig`` count the search nodes of the two steps (default:
+    budgets of ``FILL_NODES`` and ``DIG_NODES``)."""
     box_side(n)
-    solution = solutions(np.zeros((n, n), dtype=int), limit=1, rng=rng)[0]
+    fill = fill or Budget(FILL_NODES, "search nodes filling the grid", "size", n, "use a smaller size")
+    dig = dig or Budget(DIG_NODES, "search nodes digging holes", "holes", holes,
+                        "use fewer holes: a sparser puzzle takes longer to prove it has one solution")
+    solution = solutions(np.zeros((n, n), dtype=int), limit=1, rng=rng, budget=fill)[0]
     puzzle = solution.copy()
     emptied = 0
     for index in rng.permutation(n * n):
@@ -94,7 +114,7 @@ def generate(rng: np.random.Generator, n: int = 9, holes: int = 32) -> tuple[np.
         row, col = divmod(int(index), n)
         kept = puzzle[row, col]
         puzzle[row, col] = 0
-        if len(solutions(puzzle, limit=2)) == 1:
+        if len(solutions(puzzle, limit=2, budget=dig)) == 1:
             emptied += 1
         else:
             puzzle[row, col] = kept

@@ -35,7 +35,8 @@ Arguments:
   ``seed % (n - 1500) + 1500``, test (RAGEN's validation) ``seed % 1000 + 500``; ``"hash"``: an 80/20
   split by instruction, drawn by the env's generator.
 - ``reward``, ``observation``, ``invalid_action`` (above), ``max_steps=15``, ``results_per_page=10``,
-  ``max_results=50``, ``render_mode`` (``"ansi"`` or None).
+  ``max_results=50``, ``render_mode`` (``"ansi"`` or None); the bounds of the numbers: ``argument_bounds``
+  (docs/envs.md's table).
 
 Product search is BM25 over each product's title, type, category, attributes and features
 (``ragen_envs.bm25``; one index per catalogue and process). ``reset(seed=s)`` picks the goal from ``s``;
@@ -49,7 +50,7 @@ import re
 from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, TextEnv, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, MAX_STEPS, Bounds, TextEnv, check_positive_int, open_text
 from ragen_envs.bm25 import shared_index
 from ragen_envs.webshop import catalog
 from ragen_envs.webshop.catalog import Goal, Product
@@ -85,6 +86,13 @@ INSTRUCTIONS = (
 class WebShopEnv(TextEnv):
     instructions = INSTRUCTIONS
     reset_options = ("goal",)
+    agent_info_keys = ("available_actions",)  # the page's own links; not the purchase's score
+    shared_on_copy = ("products", "_index", "_by_id")
+    argument_bounds = {
+        "max_steps": MAX_STEPS,
+        "results_per_page": Bounds(min=1, max=50, why="products a results page lists"),
+        "max_results": Bounds(min=1, max=1000, why="products a search ranks"),
+    }
 
     def __init__(self, dataset: Any = "builtin", split: str = "train", max_steps: int = 15,
                  results_per_page: int = 10, max_results: int = 50, render_mode: str | None = None,

@@ -67,3 +67,13 @@ def test_the_oracle_reasons_from_the_names():
     env.reset(seed=2)
     assert env.unwrapped.risky in env.get_wrapper_attr("oracle_reasoning")() and first != \
         env.get_wrapper_attr("oracle_reasoning")()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"jackpot": float("inf")}, r"^jackpot must be in \[0, 1000\] \(.+\), got inf$"),
+    ({"jackpot_prob": float("nan")}, r"^jackpot_prob must be in \[0, 1\]"),
+    ({"steady_reward": -1.0}, r"^steady_reward must be in \[0, 1000\]"),
+])
+def test_rewards_past_their_bounds_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make("Ragen/Bandit-v0", **kwargs)

@@ -310,3 +310,32 @@ def test_the_solver_gives_up_after_a_bounded_search(monkeypatch):
     env = gym.make("Ragen/Countdown-v0")
     env.reset(options={"task": {"target": late, "nums": six}})
     assert env.unwrapped.oracle_action() is None
+
+
+# -- counted generation: a target range no draw reaches stops, named, instead of a RuntimeError -------------
+def test_the_generator_counts_its_draws():
+    from ragen_envs.base import Budget
+    from ragen_envs.countdown.generator import MAX_DRAWS
+
+    wide = CountdownConfig(max_numbers=6, max_target=10**9)
+    for config in (CountdownConfig(), CountdownConfig(operators="+-*/"), wide):
+        for seed in range(20):
+            budget = Budget(MAX_DRAWS, "expressions drawn", "min_target", config.min_target, "")
+            task = generate(random.Random(seed), config, budget)
+            assert task == generate(random.Random(seed), config)  # counting changes no task
+            assert 1 <= budget.used <= MAX_DRAWS // 100
+
+
+def test_an_unreachable_target_range_names_min_target():
+    from ragen_envs.base import Budget, GenerationBudgetError
+
+    config = CountdownConfig(max_number=2)  # at most four 2s: never 10
+    budget = Budget(300, "expressions drawn", "min_target", 10, "widen the target range")
+    with pytest.raises(GenerationBudgetError, match="more than 300 expressions drawn with min_target=10") as error:
+        generate(random.Random(0), config, budget)
+    assert error.value.argument == "min_target" and budget.used == 301
+    env = gym.make("Ragen/Countdown-v0", max_number=2)
+    with pytest.raises(GenerationBudgetError, match=r"min_target=10: no draw lands in 10\.\.100"):
+        env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^max_number must be in \[2, 1000000000\]"):
+        gym.make("Ragen/Countdown-v0", max_number=10**12)

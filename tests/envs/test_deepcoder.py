@@ -354,3 +354,10 @@ def test_a_constant_earns_at_most_half_of_any_generated_problem():
             share = sum(stdout_matches(constant, t["expected"]) for t in p.tests) / len(p.tests)
             assert share <= 0.5, (p.id, constant, share)
     assert yes_no > 10  # the yes/no kind is among them
+
+
+def test_max_attempts_past_its_bound_is_refused_before_any_sandbox():
+    from ragen_envs.deepcoder import DeepCoderEnv
+
+    with pytest.raises(ValueError, match=r"^max_attempts must be in \[1, 100\] \(.+\), got 1000000$"):
+        DeepCoderEnv(max_attempts=10**6)

@@ -156,3 +156,39 @@ def test_presets_apply_and_kwargs_pass_through():
     lake = gym.make("Ragen/FrozenLake-v0", size=6, p=0.9, slip=0.25)
     assert lake.unwrapped.slip == 0.25
     assert len(lake.reset(seed=0)[0].splitlines()) == 6
+
+
+# -- bounds and counted map draws --------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"size": 21}, r"^size must be in \[2, 20\] \(rows and columns\), got 21$"),
+    ({"p": 0}, r"^p must be > 0 and <= 1 \(.+\), got 0$"),
+    ({"slip": float("nan")}, r"^slip must be in \[0, 1\]"),
+    ({"max_steps": 10**9}, r"^max_steps must be in \[1, 10000\]"),
+])
+def test_arguments_past_their_bounds_are_refused_by_name(kwargs, message):
+    from ragen_envs.frozenlake import FrozenLakeEnv
+
+    with pytest.raises(ValueError, match=message):
+        FrozenLakeEnv(**kwargs)
+
+
+@pytest.mark.parametrize("size, p", [(20, 5e-324), (20, 0.3), (2, 5e-324), (4, 0.8)])
+def test_map_draws_are_counted_and_the_extremes_need_few(size, p):
+    from ragen_envs.base import Budget
+    from ragen_envs.frozenlake.env import MAX_ATTEMPTS
+
+    for seed in range(5):
+        budget = Budget(MAX_ATTEMPTS, "maps drawn", "p", p, "")
+        holes, start, goal = generate_map(np.random.default_rng(seed), size, p, budget=budget)
+        assert shortest_path(holes, start, goal) is not None
+        assert 1 <= budget.used <= MAX_ATTEMPTS // 10
+
+
+def test_a_spent_map_budget_names_p():
+    from ragen_envs.base import Budget, GenerationBudgetError
+
+    # at p ~ 0 a 20x20 map has a path only when start and goal are neighbours (1 draw in 100)
+    budget = Budget(2, "maps drawn", "p", 1e-9, "raise p")
+    with pytest.raises(GenerationBudgetError, match=r"more than 2 maps drawn with p=1e-09: raise p") as error:
+        generate_map(np.random.default_rng(0), 20, 1e-9, budget=budget)
+    assert error.value.argument == "p" and budget.used == 3

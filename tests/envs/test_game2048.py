@@ -88,3 +88,26 @@ def test_the_lookahead_oracle_outplays_random_moves():
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         gym.make("Ragen/2048-v0", **kwargs)
+
+
+# -- bounds: size 32 overflowed the reward range's float with an OverflowError that named nothing ---------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"size": 32}, r"^size must be in \[2, 8\] \(.+\), got 32$"),
+    ({"size": 9}, r"^size must be in \[2, 8\]"),
+    ({"target": 2 ** 40}, r"^target must be in \[4, 1048576\]"),
+    ({"two_prob": 1.5}, r"^two_prob must be in \[0, 1\]"),
+])
+def test_arguments_past_their_bounds_are_refused_by_name(kwargs, message):
+    from ragen_envs.game2048 import Game2048Env
+
+    with pytest.raises(ValueError, match=message):
+        gym.make("Ragen/2048-v0", **kwargs)
+    with pytest.raises(ValueError, match=message):
+        Game2048Env(**kwargs)
+
+
+def test_the_largest_allowed_grid_plays_with_a_finite_reward_range():
+    env = gym.make("Ragen/2048-v0", size=8, target=2 ** 20)
+    env.reset(seed=0)
+    assert np.isfinite(env.unwrapped.reward_range[1])
+    assert env.step("Left")[4]["action_is_valid"]

@@ -162,3 +162,8 @@ def test_many_wrong_answers_neither_overflow_nor_grow_the_observation():
     assert abs(sizes[-1] - sizes[100]) <= 2 and "1490 more, then" in obs  # digits of the counts only
     _, reward, terminated, _, info = env.step("18")
     assert terminated and info["success"] and reward == 0.0
+
+
+def test_max_attempts_past_its_bound_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"^max_attempts must be in \[1, 10000\] \(.+\), got 1000000$"):
+        gym.make("Ragen/MetaMathQA-v0", max_attempts=10**6)

@@ -3,6 +3,8 @@ rewards and the end."""
 
 import collections
 import itertools
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 import numpy as np
@@ -93,6 +95,22 @@ def test_the_distance_table_is_the_pocket_cube_s():
                                782536, 90280, 276]
 
 
+def test_threads_that_ask_for_the_table_at_once_build_it_once(monkeypatch):
+    # an env server's first burst of resets: every thread misses the cache at the same moment
+    builds, real = [], cube._coordinate_tables
+    monkeypatch.setattr(cube, "_coordinate_tables", lambda: builds.append(1) or real())
+    cube.distance_table.cache_clear()
+    start = threading.Barrier(16)
+
+    def first_access(_):
+        start.wait(timeout=60)
+        return cube.distance_table()
+
+    with ThreadPoolExecutor(16) as pool:
+        tables = list(pool.map(first_access, range(16)))
+    assert len(builds) == 1 and all(t is tables[0] for t in tables)
+
+
 def test_distances_agree_with_a_plain_search_over_stickers():
     # breadth-first over sticker strings with all 12 moves, from the 24 orientations of the solved cube
     # (nothing of the table's coordinates): each position is 24 strings
@@ -140,7 +158,7 @@ def test_a_scramble_is_exactly_its_depth_and_follows_the_seed(depth):
 
 
 def test_depth_one_scrambles_cover_the_moves():
-    env = gym.make(ENV)
+    env = gym.make(ENV, scramble_depth=1)  # RAGEN's depth (the default is 3: depth 1 is solved blind)
     starts = set()
     for seed in range(200):
         env.reset(seed=seed)
@@ -230,3 +248,26 @@ def test_the_observation_shows_every_face_and_the_instructions_the_notation():
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         gym.make(ENV, **kwargs)
+
+
+# -- counted scrambles ---------------------------------------------------------------------------------------
+def test_scrambles_are_counted_tries_and_the_deepest_needs_far_fewer_than_the_budget():
+    from ragen_envs.base import Budget
+
+    for depth, most in [(1, 1), (12, 10), (14, cube.MAX_SCRAMBLES // 4)]:
+        for seed in range(3):
+            budget = Budget(cube.MAX_SCRAMBLES, "scrambles tried", "scramble_depth", depth, "")
+            state = cube.scramble(depth, np.random.default_rng(seed), budget)
+            assert distance(state) == depth and state == cube.scramble(depth, np.random.default_rng(seed))
+            assert 1 <= budget.used <= most
+
+
+def test_a_spent_scramble_budget_names_scramble_depth():
+    from ragen_envs.base import Budget, GenerationBudgetError
+
+    budget = Budget(5, "scrambles tried", "scramble_depth", 14, "use a smaller scramble_depth")
+    with pytest.raises(GenerationBudgetError, match="more than 5 scrambles tried with scramble_depth=14") as error:
+        cube.scramble(14, np.random.default_rng(0), budget)  # depth 14 takes about 200 tries
+    assert error.value.argument == "scramble_depth" and budget.used == 6
+    with pytest.raises(ValueError, match=r"^scramble_depth must be in \[1, 14\] \(.+\), got 15$"):
+        gym.make(ENV, scramble_depth=15)

@@ -245,3 +245,31 @@ def test_the_hedge_earns_nothing_on_the_builtin_comparisons():
         assert paid == 0.0 and not info["success"]
         env.reset(options={"question": {"question": q.question, "answer": q.answer}})
         assert env.step(f"finish[{q.answer}]")[1] == 1.0
+
+
+def test_an_answer_naming_several_candidates_counts_as_none_of_them():
+    # one fixed answer naming the four most common subregions: F1 alone paid it on 0.66 of the subregion
+    # questions; it may earn no more than the best single guess among them
+    env = gym.make("Ragen/SearchQA-v0").unwrapped
+    questions = [env.source[i] for i in range(len(env.source)) if "subregion" in env.source[i].question]
+    counts = collections.Counter(q.answer for q in questions)
+    hedge = ", ".join(answer for answer, _ in counts.most_common(4))
+    wins = 0
+    for q in questions:
+        env.reset(options={"question": {"question": q.question, "answer": q.answer}})
+        wins += env.step(f"finish[{hedge}]")[4]["success"]
+    assert wins / len(questions) <= counts.most_common(1)[0][1] / len(questions)
+    # a right answer, and a part of it, still pay
+    env.reset(options={"question": {"question": questions[0].question, "answer": questions[0].answer}})
+    assert env.step(f"finish[{questions[0].answer}]")[1] == 1.0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"top_k": 10**9}, r"^top_k must be in \[1, 50\] \(.+\), got 1000000000$"),
+    ({"max_passage_chars": 10**9}, r"^max_passage_chars must be in \[1, 16384\]"),
+    ({"max_total_chars": 0}, r"^max_total_chars must be in \[1, 16384\]"),
+    ({"max_instances": 10**9}, r"^max_instances must be in \[1, 1000000\]"),
+])
+def test_numbers_past_their_bounds_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make("Ragen/SearchQA-v0", **kwargs)

@@ -187,7 +187,7 @@ def test_the_solver_budget_bounds_the_reset():
     assert all(a == b for a, b in lengths if a is not None)
 
 
-@pytest.mark.parametrize("dim_room", [(3, 3), (4, 4), (2, 9)])
+@pytest.mark.parametrize("dim_room", [(3, 3), (4, 4), (3, 4)])  # (2, 9): below dim_room's bounds, refused there
 def test_a_room_too_small_for_any_box_says_so(dim_room):
     with pytest.raises(ValueError, match=r"too small for any box.*three free cells in a line"):
         gym.make("Ragen/Sokoban-v0", dim_room=dim_room)
@@ -227,3 +227,52 @@ def test_other_symbols_draw_the_same_game():
     for bad in ("W.GCBA", "W.GCBAA", "W.GC A@"):
         with pytest.raises(ValueError, match="symbols"):
             SokobanEnv(symbols=bad)
+
+
+# -- bounds and counted generation (search_depth=1e9 allocated 7.45 GiB of moves) ------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"search_depth": 10**9}, r"^search_depth must be in \[1, 1000\] \(.+\), got 1000000000$"),
+    ({"solver_nodes": 10**9}, r"^solver_nodes must be in \[1, 50000\]"),
+    ({"dim_room": (2, 9)}, r"^each number of dim_room must be in \[3, 20\] \(.+\), got \(2, 9\)$"),
+    ({"dim_room": (4, 100)}, r"^each number of dim_room must be in \[3, 20\]"),
+    ({"num_boxes": 11, "dim_room": (20, 20)}, r"^num_boxes must be in \[1, 10\]"),
+    ({"max_steps": 10**6}, r"^max_steps must be in \[1, 10000\]"),
+])
+def test_arguments_past_their_bounds_are_refused_before_any_reset(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make("Ragen/Sokoban-v0", **kwargs)
+    with pytest.raises(ValueError, match=message):
+        SokobanEnv(**kwargs)
+
+
+def test_a_huge_float_search_depth_is_refused_before_any_allocation():
+    with pytest.raises(ValueError, match=r"^search_depth must be in \[1, 1000\]"):
+        SokobanEnv(search_depth=1e9)  # gym.make refuses a float as no integer first
+
+
+def test_generation_counts_the_rooms_it_carves():
+    from ragen_envs.base import Budget
+    from ragen_envs.sokoban.generator import MAX_ATTEMPTS
+
+    for dim_room, num_boxes, depth in [((6, 6), 1, 300), ((20, 20), 10, 1000), ((20, 20), 10, 1), ((3, 5), 1, 1)]:
+        for seed in range(5):
+            budget = Budget(MAX_ATTEMPTS, "rooms", "dim_room", dim_room, "")
+            level = generate_level(np.random.default_rng(seed), dim_room, num_boxes, depth, budget=budget)
+            same = generate_level(np.random.default_rng(seed), dim_room, num_boxes, depth)  # counting changes nothing
+            assert (level.boxes, level.player) == (same.boxes, same.player) and len(level.boxes) == num_boxes
+            assert 1 <= budget.used <= MAX_ATTEMPTS // 10
+
+
+def test_a_spent_room_budget_names_dim_room():
+    from ragen_envs.base import Budget, GenerationBudgetError
+
+    budget = Budget(3, "rooms", "dim_room", (3, 5), "use a larger room")
+    for seed in range(50):  # a 1x3 corridor with one reverse move seldom moves its box: some seed spends 3 rooms
+        try:
+            generate_level(np.random.default_rng(seed), (3, 5), 1, 1, budget=budget)
+        except GenerationBudgetError as error:
+            assert error.argument == "dim_room" and "more than 3 rooms with dim_room=(3, 5)" in str(error)
+            assert budget.used == 4
+            return
+        budget.used = 0
+    pytest.fail("no seed spent the budget")

@@ -95,3 +95,49 @@ def test_a_huge_number_is_no_placement_and_never_raises(digits):
     env.reset(seed=0)
     _, reward, _, _, info = env.step(f"1,1,{'9' * digits}")
     assert reward == 0.0 and not info["action_is_valid"]
+
+
+# -- bounds and counted generation (a 16x16 reset ran for minutes, a 49x49 one never ended) ---------------
+@pytest.mark.parametrize("env_id, kwargs", [("Ragen/Sudoku-v0", {"size": 16}), ("Ragen/Sudoku-v0", {"size": 49}),
+                                            ("Ragen/SudokuMedium-v0", {"size": 16, "holes": 255})])
+def test_sizes_past_9_are_refused_before_any_reset(env_id, kwargs):
+    from ragen_envs.sudoku import SudokuEnv
+
+    with pytest.raises(ValueError, match=r"^(size must be in \[4, 9\]|holes must be in \[1, 50\]) \(.+\), got "):
+        gym.make(env_id, **kwargs)
+    with pytest.raises(ValueError, match=r"^size must be in \[4, 9\]"):
+        SudokuEnv(**kwargs)
+
+
+def test_holes_past_50_are_refused():
+    with pytest.raises(ValueError, match=r"^holes must be in \[1, 50\] \(.+\), got 255$"):
+        gym.make("Ragen/Sudoku-v0", holes=255)
+
+
+@pytest.mark.parametrize("size, holes", [(4, 15), (9, 32), (9, 50)])
+def test_generation_counts_its_search_nodes_well_inside_the_budgets(size, holes):
+    from ragen_envs.base import Budget
+    from ragen_envs.sudoku.puzzles import DIG_NODES, FILL_NODES
+
+    for seed in range(5):
+        fill = Budget(FILL_NODES, "nodes", "size", size, "")
+        dig = Budget(DIG_NODES, "nodes", "holes", holes, "")
+        puzzle, solution = generate(np.random.default_rng(seed), size, holes, fill=fill, dig=dig)
+        same, _ = generate(np.random.default_rng(seed), size, holes)  # counting changes no puzzle
+        assert (puzzle == same).all() and len(solutions(puzzle)) == 1
+        assert 0 < fill.used <= FILL_NODES // 50 and 0 < dig.used <= DIG_NODES // 20
+
+
+def test_a_spent_budget_names_the_argument_to_change():
+    from ragen_envs.base import Budget, GenerationBudgetError
+
+    # 16x16 with 255 holes, the red team's hang: past a small budget it stops, counted, and says holes
+    dig = Budget(5_000, "search nodes digging holes", "holes", 255, "use fewer holes")
+    with pytest.raises(GenerationBudgetError, match=r"more than 5,000 search nodes digging holes with holes=255") \
+            as error:
+        generate(np.random.default_rng(0), 16, 255, dig=dig)
+    assert error.value.argument == "holes" and dig.used == 5_001
+    fill = Budget(10, "search nodes filling the grid", "size", 9, "use a smaller size")
+    with pytest.raises(GenerationBudgetError) as error:
+        generate(np.random.default_rng(0), 9, 32, fill=fill)
+    assert error.value.argument == "size" and isinstance(error.value, ValueError)

@@ -228,3 +228,13 @@ def test_no_other_value_of_a_generated_option_group_matches():
     for values in groups:
         for a in values:
             assert [b for b in values if option_match(a, b)] == [a]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"results_per_page": 10**6}, r"^results_per_page must be in \[1, 50\] \(.+\), got 1000000$"),
+    ({"max_results": 10**9}, r"^max_results must be in \[1, 1000\]"),
+    ({"max_steps": 0}, r"^max_steps must be in \[1, 10000\]"),
+])
+def test_numbers_past_their_bounds_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make("Ragen/WebShop-v0", **kwargs)
