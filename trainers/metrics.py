@@ -53,8 +53,10 @@ METRICS = [
            "Retrieval", True),
     Metric("mi/retrieval_chance", "chance", "1/P, what retrieval scores when Z ignores X", "",
            "Retrieval"),
-    Metric("rollout/grounding", "grounded", "share of the env's state facts (its oracle's own phrases: the "
-           "player's position, the goal, the boxes) that the turns' reasonings state; envs with such facts only",
+    Metric("rollout/grounding", "grounded", "the env's state facts (its oracle's own phrases: the player's "
+           "position, the goal, the boxes) the turns' reasonings state right, less those they state wrong, as a "
+           "share of the facts (at least 0): a fact said with another value, or beside another value, counts "
+           "against; envs with such facts only",
            "can stay low while Retrieval-Acc is high: reasonings that differ by input need not be right",
            "Retrieval", True),
     Metric("mi_traj/retrieval_acc", "ret_traj", "retrieval accuracy on one random turn per trajectory",

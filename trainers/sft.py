@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ragen_envs.agent import ChatEnv, chat_encoding, progress
@@ -92,17 +93,27 @@ def oracle_turn(chat: ChatEnv, rng: random.Random, config: SFTConfig) -> tuple[s
     else:
         reasoning = reasoning or f"The best next step here is {action}."
         if config.multi_move and chat.max_actions > 1 and rng.random() < config.multi_move:
-            actions += oracle_lookahead(env, action, chat.max_actions - 1)
+            actions += oracle_lookahead(env, action, chat.max_actions - 1, rng.getrandbits(64))
             reasoning += "".join(f" Then {a}." for a in actions[1:])
     answer = f" {ACTION_SEPARATOR} ".join(actions)
     reply = (f"{THINK_OPEN}{reasoning}</think>" if chat.config.enable_think else "") + f"<answer>{answer}</answer>"
     return reply[len(chat.config.prefill):], oracle  # the prefill opens every reply: <think>, <answer> or nothing
 
 
-def oracle_lookahead(env, action, n: int) -> list:
+def oracle_lookahead(env, action, n: int, seed: int) -> list:
     """The oracle's next ``n`` moves after ``action`` (fewer where the episode ends first), played on a copy
-    of ``env`` so the demonstrated episode itself is untouched."""
-    future, out = copy.deepcopy(env), []
+    of ``env`` so the demonstrated episode itself is untouched. The copy draws its random transitions (a
+    slip, a new tile) from its own generator, seeded with ``seed``: the later moves are planned for an
+    outcome a policy could imagine, never for the one the episode will draw (the copy would otherwise
+    carry the episode's generator, and the demonstration would foresee the slip). A TypeError where the
+    env cannot be copied (a remote client): such an env takes ``multi_move=0``."""
+    try:
+        future = copy.deepcopy(env)
+    except (TypeError, copy.Error) as error:
+        raise TypeError(f"SFT's multi_move plans ahead on a copy of the env, and {type(env).__name__} cannot "
+                        f"be copied ({error}); warm-start it with multi_move=0 (--multi-move 0)") from None
+    future.np_random = np.random.default_rng(seed)
+    out = []
     for _ in range(n):
         if any(future.step(action)[2:4]):  # terminated or truncated
             break

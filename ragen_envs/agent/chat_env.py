@@ -18,6 +18,7 @@ images stay in the history, older ones replaced by a line saying so.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,12 +33,63 @@ from ragen_envs.registry import ENVIRONMENTS
 
 
 def grounding(facts: dict[str, str], reasoning: str | None) -> float | None:
-    """The share of ``facts`` (the env's phrases) that ``reasoning`` states, spaces and case aside; None
-    without facts. Input dependence (the MI proxies) is not correctness: this checks what is said."""
+    """How well ``reasoning`` states the env's ``facts`` (``LLMEnv.facts``), wrong statements counted
+    against it; None without facts. Input dependence (the MI proxies) is not correctness: this checks
+    what is said.
+
+    A fact's phrase is words, then a value ("I am at (2, 3)"). Wherever the reasoning says those words
+    (spaces and case aside) followed by a value, it states that fact: right when the value is the fact's
+    (a list of cells in any order), else wrong. A fact counts as right when the reasoning states it and
+    never otherwise, as wrong when any statement of it is wrong. The score is (right - wrong) / facts, at
+    least 0: one right statement of each fact scores 1, stating every cell of the board (or a wrong cell
+    beside a right one) scores 0. A phrase without a number counts right when said, never wrong."""
     if not facts:
         return None
-    said = "".join((reasoning or "").split()).lower()
-    return sum("".join(phrase.split()).lower() in said for phrase in facts.values()) / len(facts)
+    said = _squash(reasoning or "")
+    right = wrong = 0
+    for phrase in facts.values():
+        words, value = _words_and_value(phrase)
+        if value is None:  # nothing to get wrong: said or not
+            right += words in said
+            continue
+        stated = _statements(said, words)
+        right += bool(stated) and all(v == value for v in stated)
+        wrong += any(v != value for v in stated)
+    return max(0, right - wrong) / len(facts)
+
+
+# A fact's value: parenthesised number groups ("(1,2),(3,4)", "and" between them too), or bare numbers.
+_GROUPS = r"\(\d+(?:,\d+)*\)"
+_VALUE = re.compile(rf"{_GROUPS}(?:,?(?:and)?{_GROUPS})*|\d+(?:,\d+)*")
+
+
+def _squash(text: str) -> str:
+    return "".join(text.split()).lower()
+
+
+def _words_and_value(phrase: str) -> tuple[str, list[str] | None]:
+    """A fact phrase split into its words (squashed) and its value (None without a number)."""
+    said = _squash(phrase)
+    match = _VALUE.search(said)
+    if match is None or match.start() == 0:
+        return said, None
+    return said[:match.start()], _value(match.group())
+
+
+def _value(text: str) -> list[str]:
+    """The number groups of a value, sorted: a list of cells reads the same in any order."""
+    return sorted(re.findall(r"\d+(?:,\d+)*", text))
+
+
+def _statements(said: str, words: str) -> list[list[str]]:
+    """The values that follow each place ``said`` says ``words`` (a mention with no value states nothing)."""
+    out, at = [], said.find(words)
+    while at >= 0:
+        match = _VALUE.match(said, at + len(words))
+        if match:
+            out.append(_value(match.group()))
+        at = said.find(words, at + 1)
+    return out
 
 
 @dataclass
@@ -49,7 +101,7 @@ class TurnRecord:
     format_ok: bool  # the required tags and at least one action the env took (the template's placeholder is none)
     reward: float  # env rewards of the played actions, plus the format penalty if any
     env_steps: int
-    grounded: float | None = None  # share of the env's facts (LLMEnv.facts) the reasoning states; None: no facts
+    grounded: float | None = None  # the env's facts (LLMEnv.facts) the reasoning states, net of wrong ones (grounding)
 
 
 @dataclass
@@ -109,6 +161,10 @@ class ChatEnv:
                             f"valid_actions, parse_action); {self.env_id}: {error}") from None
         # the state facts a reasoning should get right (LLMEnv.facts); none from an env without them
         self._facts = getattr(self.env.unwrapped, "facts", dict)
+        try:  # the steps an episode may take (the env contract's max_steps; a client copies it)
+            self._max_steps = self.env.get_wrapper_attr("max_steps")
+        except AttributeError:
+            self._max_steps = None
         # Open-text tasks take the whole answer as one action.
         self.max_actions = self.config.max_actions_per_turn if self.valid_actions else 1
         self.messages: list[dict] = []
@@ -164,7 +220,7 @@ class ChatEnv:
             reward += c.format_penalty
         if not played:
             if parsed.actions:
-                why = f"no valid action among {', '.join(map(repr, parsed.actions))}"
+                why = f"no valid action among {prompts.quote_actions(parsed.actions)}"
             elif parsed.answer is not None:
                 why = "the answer held no action"
             else:
@@ -174,7 +230,7 @@ class ChatEnv:
         else:
             feedback = prompts.FEEDBACK_REWARD.format(reward=reward)
             if rejected:
-                feedback += prompts.FEEDBACK_SOME_INVALID.format(actions=", ".join(map(repr, rejected)))
+                feedback += prompts.FEEDBACK_SOME_INVALID.format(actions=prompts.quote_actions(rejected))
         record = TurnRecord(response=response, reasoning=parsed.reasoning, actions=played,
                             invalid_actions=rejected, format_ok=parsed.format_ok and bool(played), reward=reward,
                             env_steps=steps, grounded=grounded)
@@ -201,8 +257,10 @@ class ChatEnv:
         image = obs if isinstance(obs, np.ndarray) else obs.get("image") if isinstance(obs, dict) else None
         text = prompts.IMAGE_OBSERVATION if isinstance(obs, np.ndarray) else observation_text(obs)
         c = self.config
+        # the env's own step limit too (RubiksCube stops at 20 where 25 replies of 4 moves would say 100)
+        steps_left = None if self._max_steps is None else self._max_steps - sum(t.env_steps for t in self.turns)
         turn = prompts.turn_prompt(len(self.turns) + 1, text, self.valid_actions, c.max_turns - len(self.turns),
-                                   self.max_actions, c.enable_think, feedback, self.max_response_tokens)
+                                   self.max_actions, c.enable_think, feedback, self.max_response_tokens, steps_left)
         if image is None:
             return turn
         return [{"type": "image", "image": image}, {"type": "text", "text": turn}]

@@ -60,6 +60,27 @@ CURRENT_TURN = "--- now:\n"
 FEEDBACK_REWARD = "Reward:\n{reward:g}\n"  # RAGEN's reward message
 FEEDBACK_INVALID = "Your last reply was invalid: {why}. Nothing happened (format penalty {penalty:+.2f}).\n"
 FEEDBACK_SOME_INVALID = "Ignored invalid actions: {actions}.\n"
+# The most characters of a reply the feedback quotes back: a quoted reply must never cost the context
+# more than the reply did (a reply of tabs written as repr escapes grew 16-fold in tokens).
+QUOTE_CHARS = 120
+QUOTE_MORE = "... ({n} more characters)"
+
+
+def quote_actions(actions: list[str]) -> str:
+    """The rejected actions as the feedback quotes them: each in single quotes, joined by ", ", every
+    whitespace run as one space and other unprintable characters as "?"; past ``QUOTE_CHARS`` characters
+    the rest is cut, saying how many characters were left out. Never longer than ``QUOTE_CHARS`` plus
+    ``QUOTE_MORE``."""
+    text = ", ".join(f"'{_plain(action)}'" for action in actions)
+    if len(text) <= QUOTE_CHARS:
+        return text
+    return text[:QUOTE_CHARS] + QUOTE_MORE.format(n=len(text) - QUOTE_CHARS)
+
+
+def _plain(text: str) -> str:
+    """``text`` with whitespace runs as one space and unprintable characters as "?": one character
+    each at most, so a quote is never longer than what it quotes."""
+    return "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
 
 
 def _what(valid_actions: list[str] | None) -> str:
@@ -81,12 +102,16 @@ def system_prompt(instructions: str, valid_actions: list[str] | None, max_action
 
 
 def turn_prompt(turn: int, observation: str, valid_actions: list[str] | None, turns_left: int, max_actions: int,
-                enable_think: bool, feedback: str = "", max_response_tokens: int | None = None) -> str:
-    """The budget left is counted in actions where the action set is finite, else in replies."""
+                enable_think: bool, feedback: str = "", max_response_tokens: int | None = None,
+                steps_left: int | None = None) -> str:
+    """The budget left is counted in actions where the action set is finite, else in replies: what the
+    turns left allow, or the steps the env has left (``steps_left``) where those are fewer."""
     if valid_actions:
-        budget = ACTIONS_LEFT.format(n=turns_left * max_actions)
+        n = turns_left * max_actions if steps_left is None else min(turns_left * max_actions, steps_left)
+        budget = ACTIONS_LEFT.format(n=n)
     else:
-        budget = REPLIES_LEFT.format(n=turns_left, replies="reply" if turns_left == 1 else "replies")
+        n = turns_left if steps_left is None else min(turns_left, steps_left)
+        budget = REPLIES_LEFT.format(n=n, replies="reply" if n == 1 else "replies")
     reminder = (REMINDER_THINK if enable_think else REMINDER_NO_THINK).format(what=_what(valid_actions))
     length = LENGTH.format(n=max_response_tokens) if max_response_tokens else ""
     return TURN.format(turn=turn, feedback=feedback, observation=observation, budget=budget,

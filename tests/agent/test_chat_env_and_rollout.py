@@ -62,6 +62,22 @@ def test_some_invalid_actions_are_reported_and_skipped():
     assert "Ignored invalid actions: 'fly'" in chat.messages[-1]["content"]
 
 
+def test_feedback_quotes_an_invalid_reply_normalised_and_capped():
+    chat = sokoban_chat(max_turns=20)
+    chat.reset(seed=0)
+
+    def quoted(answer):  # what the feedback quotes of the reply
+        chat.step(f"<think>x</think><answer>{answer}</answer>")
+        return chat.messages[-1]["content"].split("no valid action among ")[1].split(". Nothing happened")[0]
+
+    tabs = "Up" + "\t" * 400 + "Left"  # one invalid action, mostly tabs
+    assert len(quoted(tabs)) <= len("Up Left") + 10  # whitespace runs are one space: no echo amplified
+    for answer in (tabs, "x" * 10_000, "\x00" * 5000, "a\u200b" * 3000 + "||" + "b\n" * 3000):
+        assert len(quoted(answer)) <= min(len(answer), 200) + 40, answer[:20]
+    assert quoted("y" * 1000).endswith("more characters)")
+    assert quoted("jump || fly") == "'jump', 'fly'"  # short ones whole
+
+
 def test_episode_end_stops_the_actions_and_the_chat():
     chat = sokoban_chat()
     chat.reset(seed=0)
@@ -366,7 +382,7 @@ def test_grounding_counts_the_state_facts_a_reasoning_states():
 
     facts = {"position": "I am at (1, 2)", "goal": "the goal is at (3, 3)"}
     assert grounding(facts, "I am at (1,2) and THE goal is at (3, 3).") == 1.0  # spaces and case aside
-    assert grounding(facts, "I am at (2, 1) and the goal is at (3, 3).") == 0.5  # the position is wrong
+    assert grounding(facts, "The goal is at (3, 3).") == 0.5  # one fact of two
     assert grounding(facts, None) == 0.0 and grounding({}, "anything") is None
     chat = sokoban_chat()
     chat.reset(seed=0)
@@ -374,3 +390,39 @@ def test_grounding_counts_the_state_facts_a_reasoning_states():
     right = chat.step(f"<think>{env.oracle_reasoning()}</think><answer>{env.oracle_action()}</answer>")
     assert right.grounded == 1.0
     assert chat.step("<think>I am somewhere</think><answer>Up</answer>").grounded == 0.0
+
+
+def test_grounding_counts_wrong_statements_too():
+    from ragen_envs.agent.chat_env import grounding
+
+    facts = {"position": "I am at (1, 2)", "goal": "the goal is at (3, 3)"}
+    # a wrong statement of a fact costs what a right one earns: wrong position, right goal
+    assert grounding(facts, "I am at (2, 1) and the goal is at (3, 3).") == 0.0
+    assert grounding(facts, "I am at (1, 2), 3 moves away. The goal is at (3,3)") == 1.0  # the value ends there
+    boxes = {"boxes": "boxes at (1, 2), (2, 3)"}
+    assert grounding(boxes, "Boxes at (2, 3), (1, 2).") == 1.0  # in any order
+    assert grounding(boxes, "Boxes at (1, 2).") == 0.0  # one box missing is a wrong statement
+    # one reasoning for every board, stating every cell: as good as stating nothing
+    for env_id, size in (("Ragen/FrozenLake-v0", 4), (DEFAULT, 10)):
+        env = gym.make(env_id).unwrapped
+        every = " ".join(f"{words} ({r}, {c})." for r in range(size) for c in range(size)
+                         for words in ("I am at", "the goal is at", "boxes at", "targets at"))
+        for seed in range(5):
+            env.reset(seed=seed)
+            assert grounding(env.facts(), every) == 0.0
+            assert grounding(env.facts(), env.oracle_reasoning()) == 1.0
+
+
+def test_the_budget_line_never_promises_more_actions_than_the_env_has_left():
+    # 25 replies of 4 moves would say 100 actions; RubiksCube stops at 20 steps
+    chat = ChatEnv("Ragen/RubiksCube-v0", ChatEnvConfig(max_turns=25, max_actions_per_turn=4))
+    messages = chat.reset(seed=0)
+    assert "You have 20 actions left." in messages[-1]["content"]
+    chat.step("<think>x</think><answer>U || U'</answer>")
+    assert "You have 18 actions left." in chat.messages[-1]["content"]
+    # where the turns are fewer, the turns count (2 turns of 2 actions: 4)
+    short = ChatEnv("Ragen/RubiksCube-v0", ChatEnvConfig(max_turns=2, max_actions_per_turn=2))
+    assert "You have 4 actions left." in short.reset(seed=0)[-1]["content"]
+    # an open-text env counts replies: Bandit's 2 steps under 5 turns
+    bandit = ChatEnv("Ragen/Bandit-v0", ChatEnvConfig(max_turns=5))
+    assert "You have 2 replies left." in bandit.reset(seed=0)[-1]["content"]

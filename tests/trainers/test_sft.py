@@ -1,13 +1,15 @@
 """The warm start: oracle demonstrations in the RL format, with state-dependent reasoning."""
 
 import json
+import random
+import threading
 from pathlib import Path
 
 import pytest
 
-from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, parse_response
+from ragen_envs.agent import ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, parse_response
 from trainers.config import SFTConfig
-from trainers.sft import demonstrations, warm_start
+from trainers.sft import demonstrations, oracle_turn, warm_start
 from conftest import DEFAULT, OPEN_TEXT, SMOKE
 
 
@@ -62,6 +64,28 @@ def test_multi_move_turns_play_the_oracles_next_moves_in_one_reply(tokenizer):
         env.reset(seed=seed)
         env.step(actions[0])
         assert len(actions) == 1 or env.oracle_action() == actions[1]
+
+
+def test_the_look_ahead_does_not_see_the_slips_the_episode_will_draw():
+    # A demonstrator may know only what a policy could: from one state, the move planned after the first
+    # is the same whatever slips the episode goes on to draw (its transition seed)
+    chat = ChatEnv("Ragen/FrozenLakeSlippery-v0")
+    config = SFTConfig(imperfect=0.0, multi_move=1.0)
+    for seed in range(4):
+        plans = set()
+        for transition_seed in range(12):
+            chat.reset(seed=seed, transition_seed=transition_seed)
+            plans.add(oracle_turn(chat, random.Random(0), config)[0])
+        assert len(plans) == 1, (seed, plans)
+        assert "Then" in plans.pop()  # a two-move plan
+
+
+def test_a_look_ahead_on_an_env_that_cannot_be_copied_says_why():
+    chat = ChatEnv(SMOKE)
+    chat.reset(seed=0)
+    chat.env.unwrapped.connection = threading.Lock()  # as a remote client's: no copy of it can be made
+    with pytest.raises(TypeError, match="multi_move"):
+        oracle_turn(chat, random.Random(0), SFTConfig(imperfect=0.0, multi_move=1.0))
 
 
 def test_warm_start_lowers_the_loss_and_saves_a_model_eval_can_load(tiny_model, tokenizer, tmp_path):
