@@ -54,13 +54,13 @@ demo: $(DEV)
 	$(VENV)/bin/ragen sft --from-scratch --env $(DEMO_ENV) --output-dir $(ORGANISM)
 	$(VENV)/bin/ragen train --model $(ORGANISM) --preset organism --env $(DEMO_ENV) \
 		--iterations 30 --eval-temperature 1 --output-dir demo_out/run --overwrite --logging-steps 5
-	$(VENV)/bin/ragen view demo_out/run
+	$(VENV)/bin/ragen view demo_out/run --trust-env-kwargs
 
 demo-smollm2: $(DEV)
 	$(VENV)/bin/ragen sft --env $(DEMO_ENV) --output-dir $(WARM_START)
 	$(VENV)/bin/ragen train --model $(WARM_START) --preset cpu-quick --env $(DEMO_ENV) \
 		--output-dir demo_out/smollm2 --overwrite
-	$(VENV)/bin/ragen view demo_out/smollm2
+	$(VENV)/bin/ragen view demo_out/smollm2 --trust-env-kwargs
 
 # System packages of some tests, installed where apt-get runs as root; elsewhere those tests are
 # skipped and say what to install: chromium (the `ragen view` page in a real headless browser) and
@@ -150,8 +150,11 @@ bench: $(DEV)
 # earn in every env (benchmarks/README.md keeps the table).
 fuzz: $(DEV) system-packages
 	$(PY) benchmarks/env_fuzz.py --examples 500
+	$(PY) benchmarks/env_fuzz.py --server
+	$(PY) benchmarks/env_fuzz.py --viewer --examples 500
 audit: $(DEV) system-packages
 	$(PY) benchmarks/reward_audit.py --markdown
+	$(PY) benchmarks/blind_audit.py --markdown
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) demo_out build site *.egg-info

@@ -530,3 +530,12 @@ def test_the_visual_rollout_benchmark_prints_both_runs_and_their_ratio():
     assert not ENVIRONMENTS[rows["text"][1]].visual and rows["text"][2] == "0"
     assert ENVIRONMENTS[rows["visual"][1]].visual and rows["visual"][2] == "2"  # one image a turn
     assert float(rows["visual/text"][1]) > 0
+
+
+def test_the_env_servers_protocols_hold_under_the_fuzzer():
+    # on loopback, small: the session cap across protocols and after reaping, a slow request cut, a huge
+    # body refused with 413, hostile arguments answered with 4xx (benchmarks/env_fuzz.py --server: more)
+    pytest.importorskip("uvicorn", reason="the 'server' extra")
+    import env_fuzz
+
+    assert env_fuzz.fuzz_server(examples=30, cap=3) == []
