@@ -30,17 +30,17 @@ from dataclasses import dataclass
 import gymnasium as gym
 
 import ragen_envs  # noqa: F401  (registers the envs)
-from ragen_envs.registry import usable_ids
+from ragen_envs.registry import ENVIRONMENTS, usable_ids
 
 SETTINGS = ("defaults", "ragen2-main")
 HELD_OUT = 100_000  # held-out seeds start here; training seeds from 0
 BARE_ANSWERS = ("0", "1", "2", "3", "yes", "no")  # what a blind policy answers an open-text task with
 OPEN_TEXT_ACTIONS = 16  # the oracle's most frequent actions a blind policy may use in an open-text env
 
-# (env id, setting) -> where the env's docs say why a policy that does not read the task may earn there
+# (env package, setting) -> where the env's docs say why a policy that does not read the task may earn there
 EXPLAINED = {
-    ("Ragen/RubiksCube-v0", "ragen2-main"): "ragen_envs/rubikscube/env.py: RAGEN's scramble depth 1 has six "
-                                            "positions up to rotation, so eleven fixed moves solve it",
+    ("rubikscube", "ragen2-main"): "ragen_envs/rubikscube/env.py: RAGEN's scramble depth 1 has six positions "
+                                   "up to rotation, so eleven fixed moves solve it",
 }
 
 
@@ -107,7 +107,7 @@ def baselines(s: Setting, seeds: list[int]) -> tuple[float, float]:
     return random_success, oracle_success / len(seeds)
 
 
-def alphabet(s: Setting, seeds: list[int]) -> list[str]:
+def alphabet(s: Setting, seeds: list[int], open_text_actions: int = OPEN_TEXT_ACTIONS) -> list[str]:
     """The actions a blind plan is made of: the finite set, else the oracle's most frequent and bare answers."""
     env = _make(s)
     if env.valid_actions:
@@ -121,7 +121,7 @@ def alphabet(s: Setting, seeds: list[int]) -> list[str]:
 
     for seed in seeds:
         _played(env, s, seed, record)
-    common = [a for a, _ in counts.most_common(OPEN_TEXT_ACTIONS)]
+    common = [a for a, _ in counts.most_common(open_text_actions)]
     return common + [a for a in BARE_ANSWERS if a not in common]
 
 
@@ -238,13 +238,14 @@ def surface_success(s: Setting, rule, seeds: list[int]) -> float:
     return sum(_played(env, s, seed, pick) for seed in seeds) / len(seeds)
 
 
-def audit(env_id: str, name: str, seeds: int = 200, width: int = 8, max_plan: int = 40) -> list[dict]:
+def audit(env_id: str, name: str, seeds: int = 200, width: int = 8, max_plan: int = 40,
+          open_text_actions: int = OPEN_TEXT_ACTIONS) -> list[dict]:
     """Rows of the blind and (where the env has named choices) surface policies in one setting."""
     s = setting(env_id, name)
     train, held = list(range(seeds)), list(range(HELD_OUT, HELD_OUT + seeds))
     rand, oracle = baselines(s, held)
     bar = rand + (oracle - rand) / 2
-    plan = blind_plan(s, train, alphabet(s, train), width, max_plan)
+    plan = blind_plan(s, train, alphabet(s, train, open_text_actions), width, max_plan)
     capped = f", plans capped at {max_plan}" if s.budget > max_plan else ""
     rows = [("observation-blind", f"{len(plan)} fixed actions (budget {s.budget}{capped})",
              plan_success(s, plan, held))]
@@ -254,7 +255,7 @@ def audit(env_id: str, name: str, seeds: int = 200, width: int = 8, max_plan: in
     out = []
     for policy, how, success in rows:
         bug = success >= bar and oracle > rand
-        why = EXPLAINED.get((env_id, name))
+        why = EXPLAINED.get((ENVIRONMENTS[env_id].package, name))
         verdict = ("explained: " + why) if bug and why else "BUG" if bug else "contained"
         out.append({"env": env_id, "setting": name, "policy": policy, "how": how, "success": success,
                     "random": rand, "oracle": oracle, "bar": bar, "verdict": verdict})

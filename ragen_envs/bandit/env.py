@@ -16,8 +16,8 @@ numbers). Success: pulling the risky arm, whatever it paid.
 Termination: terminated by the first valid pull; truncated after ``max_steps`` (2) steps of any kind.
 
 Arguments:
-- ``split``: ``"train"`` (12 pairs of names) or ``"test"`` (12 other pairs, balanced so that
-  no surface feature of a name, its length, letters or place, tells the risky arm), as RAGEN splits them.
+- ``split``: ``"train"`` (12 pairs of names) or ``"test"`` (12 other pairs), as RAGEN splits them;
+  in both no surface feature of a name (its length, letters or place) tells the risky arm.
 - ``steady_reward=0.1``, ``jackpot=1.0``, ``jackpot_prob=0.25``, ``max_steps=2``, ``render_mode``; their
   bounds: ``argument_bounds`` (docs/envs.md's table).
 
@@ -32,15 +32,15 @@ from typing import Any
 
 from ragen_envs.base import MAX_STEPS, Bounds, TextEnv, check_positive_int
 
-# (steady, risky): names of our own, a safe living beside a gamble
+# (steady, risky): names of our own, a safe living beside a gamble. Both splits are balanced on every
+# surface feature a policy could use without reading the names' meaning: the risky name is the longer, the
+# later in the alphabet, the hyphenated, the one ending in "er", the one with more vowels (and so on) in
+# about half of the pairs (tests/envs/test_bandit.py), so only the meaning tells the arms apart.
 PAIRS = {
-    "train": [("Bookkeeper", "Gambler"), ("Postman", "Prospector"), ("Dentist", "DayTrader"),
-              ("Clerk", "TreasureHunter"), ("Baker", "Speculator"), ("Surveyor", "Stuntman"),
-              ("Librarian", "PokerPlayer"), ("Janitor", "Gold-digger"), ("Pharmacist", "Bounty-hunter"),
-              ("Tailor", "Racehorse-owner"), ("Bus-driver", "Lottery-player"), ("Notary", "Wildcatter")],
-    # Held out: balanced on every surface feature a policy could use without reading the names'
-    # meaning: the risky name is the longer, the later in the alphabet, the hyphenated, the one ending in
-    # "er", the one with more vowels (and so on) in about half of the pairs (tests/envs/test_bandit.py).
+    "train": [("Bookbinder", "Treasure-hunter"), ("Upholsterer", "Card-sharp"), ("Bus-driver", "Venture-capitalist"),
+              ("Toll-collector", "Tipster"), ("Stenographer", "Day-trader"), ("School-clerk", "Prospector"),
+              ("Night-watchman", "Stuntman"), ("Teller", "Speculator"), ("Tailor", "Fortune-seeker"),
+              ("Census-taker", "Wildcatter"), ("Janitor", "Gold-digger"), ("Cashier", "Oil-prospector")],
     "test": [("Accountant", "Horse-bettor"), ("Saddler", "Raffle-buyer"), ("Court-reporter", "Adventurer"),
              ("Locksmith", "High-roller"), ("Tax-collector", "Jackpot-chaser"), ("Potter", "Roulette-fan"),
              ("Shelf-stocker", "Dice-thrower"), ("Cooper", "Smuggler"), ("Bank-examiner", "Punter"),

@@ -93,7 +93,7 @@ class SearchQAEnv(TextEnv):
     instructions = INSTRUCTIONS
     reset_options = ("question",)
     agent_info_keys = ("searches",)  # not gold_retrieved: it says which search found the answer
-    shared_on_copy = ("retriever", "_passages", "source")
+    shared_on_copy = ("retriever", "_passages", "source", "_kinds")
     argument_bounds = {
         "top_k": Bounds(min=1, max=50, why="passages a search returns; RAGEN's server returns 50 at most"),
         "max_passage_chars": Bounds(min=1, max=TextEnv.max_observation_chars, why="an observation's length"),
@@ -129,7 +129,8 @@ class SearchQAEnv(TextEnv):
         self.retrieved: set[str] = set()
         self.answer: str | None = None
         self.reward = 0.0
-        self._kinds: dict[str, frozenset[str]] | None = None  # kind -> its answers (built at the first answer)
+        # kind -> its answers, built at the first answer and shared with copies (a copy must not build it again)
+        self._kinds: dict[str, frozenset[str]] = {}
 
     def _new_episode(self, options: dict[str, Any]) -> dict[str, Any]:
         if "question" in options:
@@ -183,12 +184,12 @@ class SearchQAEnv(TextEnv):
     def _candidates(self, question: str) -> frozenset[str]:
         """The gold answers of the source's questions of the same kind (``scoring.kind``; the first
         ``HEDGE_POOL`` questions): the candidates an answer must not name beside its own."""
-        if self._kinds is None:
+        if not self._kinds:
             kinds: dict[str, set[str]] = {}
             for i in range(min(len(self.source), HEDGE_POOL)):
                 item = self.source[i]
                 kinds.setdefault(kind(item.question), set()).add(item.answer)
-            self._kinds = {k: frozenset(v) for k, v in kinds.items()}
+            self._kinds.update({k: frozenset(v) for k, v in kinds.items()})
         return self._kinds.get(kind(question), frozenset())
 
     def _text(self) -> str:

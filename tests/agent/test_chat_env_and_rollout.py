@@ -403,7 +403,7 @@ def test_grounding_counts_wrong_statements_too():
     assert grounding(boxes, "Boxes at (2, 3), (1, 2).") == 1.0  # in any order
     assert grounding(boxes, "Boxes at (1, 2).") == 0.0  # one box missing is a wrong statement
     # one reasoning for every board, stating every cell: as good as stating nothing
-    for env_id, size in (("Ragen/FrozenLake-v0", 4), (DEFAULT, 10)):
+    for env_id, size in ((SMOKE, 4), (DEFAULT, 10)):
         env = gym.make(env_id).unwrapped
         every = " ".join(f"{words} ({r}, {c})." for r in range(size) for c in range(size)
                          for words in ("I am at", "the goal is at", "boxes at", "targets at"))
@@ -414,15 +414,17 @@ def test_grounding_counts_wrong_statements_too():
 
 
 def test_the_budget_line_never_promises_more_actions_than_the_env_has_left():
-    # 25 replies of 4 moves would say 100 actions; RubiksCube stops at 20 steps
-    chat = ChatEnv("Ragen/RubiksCube-v0", ChatEnvConfig(max_turns=25, max_actions_per_turn=4))
+    # 25 replies of 4 actions would say 100 actions (RubiksCube stops at 20 steps); here an env of 7 steps
+    action = gym.make(SMOKE).unwrapped.valid_actions[0]
+    chat = ChatEnv(SMOKE, ChatEnvConfig(max_turns=25, max_actions_per_turn=4), max_steps=7)
     messages = chat.reset(seed=0)
-    assert "You have 20 actions left." in messages[-1]["content"]
-    chat.step("<think>x</think><answer>U || U'</answer>")
-    assert "You have 18 actions left." in chat.messages[-1]["content"]
+    assert "You have 7 actions left." in messages[-1]["content"]
+    chat.step(f"<think>x</think><answer>{action}</answer>")
+    assert chat.done or "You have 6 actions left." in chat.messages[-1]["content"]
     # where the turns are fewer, the turns count (2 turns of 2 actions: 4)
-    short = ChatEnv("Ragen/RubiksCube-v0", ChatEnvConfig(max_turns=2, max_actions_per_turn=2))
+    short = ChatEnv(SMOKE, ChatEnvConfig(max_turns=2, max_actions_per_turn=2), max_steps=7)
     assert "You have 4 actions left." in short.reset(seed=0)[-1]["content"]
-    # an open-text env counts replies: Bandit's 2 steps under 5 turns
-    bandit = ChatEnv("Ragen/Bandit-v0", ChatEnvConfig(max_turns=5))
-    assert "You have 2 replies left." in bandit.reset(seed=0)[-1]["content"]
+    # an open-text env counts replies: the fewer of its steps and the turns
+    text = ChatEnv(OPEN_TEXT, ChatEnvConfig(max_turns=50))
+    n = text.env.unwrapped.max_steps
+    assert f"You have {n} {'reply' if n == 1 else 'replies'} left." in text.reset(seed=0)[-1]["content"]

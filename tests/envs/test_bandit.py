@@ -1,10 +1,14 @@
 """Bandit: RAGEN's two-armed bandit, its payouts, splits and parsing."""
 
+import sys
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import ragen_envs  # noqa: F401
+from ragen_envs import ENVIRONMENTS
 from ragen_envs.bandit.env import PAIRS
 
 
@@ -77,3 +81,31 @@ def test_the_oracle_reasons_from_the_names():
 def test_rewards_past_their_bounds_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
         gym.make("Ragen/Bandit-v0", **kwargs)
+
+
+# -- what a policy that reads the names' form, not their meaning, earns (benchmarks/blind_audit.py) ------
+def _blind_audit():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import blind_audit
+
+    return blind_audit
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_no_surface_feature_of_the_names_tells_the_risky_arm(split):
+    # "pull the longer name" scored 1.00 on the old held-out pairs (and 0.88 on the training ones); every
+    # rule that reads the names' form must pick the risky arm in about half of the pairs (at most 7 of
+    # 12). A rule that ties picks by the order shown, which the env draws at random: half a pair each way.
+    risky = {pair[1] for pair in PAIRS[split]}
+    for name, rule in _blind_audit().surface_rules():
+        right = sum((rule([s, r]) in risky) + (rule([r, s]) in risky) for s, r in PAIRS[split]) / 2
+        assert right <= 7, f"the rule '{name}' picks the risky arm in {right} of {len(PAIRS[split])} pairs"
+
+
+def test_the_audits_surface_policy_fitted_on_training_seeds_is_contained_on_held_out_ones():
+    audit = _blind_audit()
+    for split in ("train", "test"):
+        env_id = next(e.id for e in ENVIRONMENTS.values() if e.package == "bandit"
+                      and e.kwargs.get("split", "train") == split)
+        surface = next(r for r in audit.audit(env_id, "defaults", seeds=60) if r["policy"] == "surface-feature")
+        assert surface["verdict"] == "contained" and surface["success"] < surface["bar"], surface

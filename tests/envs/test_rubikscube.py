@@ -3,8 +3,10 @@ rewards and the end."""
 
 import collections
 import itertools
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 import ragen_envs  # noqa: F401
 from ragen_envs.rubikscube import cube
+from ragen_envs.rubikscube.env import RubiksCubeEnv
 from ragen_envs.rubikscube.cube import MOVES, SOLVED, apply, apply_all, distance, is_solved
 
 ENV = "Ragen/RubiksCube-v0"
@@ -271,3 +274,44 @@ def test_a_spent_scramble_budget_names_scramble_depth():
     assert error.value.argument == "scramble_depth" and budget.used == 6
     with pytest.raises(ValueError, match=r"^scramble_depth must be in \[1, 14\] \(.+\), got 15$"):
         gym.make(ENV, scramble_depth=15)
+
+
+# -- what a policy that never reads the cube earns (benchmarks/blind_audit.py) -------------------------
+def _blind_audit():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import blind_audit
+
+    return blind_audit
+
+
+HELD = list(range(100_000, 100_040))
+
+
+@pytest.fixture(scope="module")
+def depth_one_plan():
+    """The fixed plan the audit's beam search finds for RAGEN's depth-1 cube (the ragen2-main preset)."""
+    audit = _blind_audit()
+    s = audit.setting(ENV, "ragen2-main")
+    assert s.env_kwargs == {"scramble_depth": 1} and s.budget == 20
+    train = list(range(30))  # enough to hold each of the six positions
+    return audit.blind_plan(s, train, audit.alphabet(s, train), width=8)
+
+
+def test_a_fixed_plan_solves_ragens_depth_one_and_the_docs_say_why(depth_one_plan):
+    # eleven fixed moves (try a turn, undo it, try the next) solve every scramble; a search that does not
+    # look a move ahead finds one move and stops gaining
+    audit = _blind_audit()
+    assert len(depth_one_plan) <= 20
+    assert audit.plan_success(audit.setting(ENV, "ragen2-main"), depth_one_plan, HELD) == 1.0
+    assert ("rubikscube", "ragen2-main") in audit.EXPLAINED
+    assert "solved without looking" in sys.modules[RubiksCubeEnv.__module__].__doc__
+
+
+def test_the_default_depth_is_not_solved_blind(depth_one_plan):
+    audit = _blind_audit()
+    s = audit.setting(ENV, "defaults")
+    assert s.budget == 20 and audit._make(s).scramble_depth == 3
+    rand, oracle = audit.baselines(s, HELD)
+    assert oracle == 1.0 and audit.plan_success(s, depth_one_plan, HELD) < rand + (oracle - rand) / 2
+    # no fixed sequence of 20 moves passes through more than 20 of depth 3's 120 positions
+    assert audit.plan_success(s, ["U"] * 20, HELD) <= 20 / 120

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from ragen_envs.agent import ChatEnv, RolloutConfig, RolloutRunner
-from ragen_envs.registry import REMOTE_ID
+from ragen_envs.registry import REMOTE_ID, ids_in
 from ragen_envs.remote import RemoteEnv, RemoteEnvError
 from ragen_envs.remote.server import ServerConfig
 from ragen_envs.remote.server.app import create_app, server_config
@@ -373,7 +373,8 @@ def ws_message(ws, kind: str, **data) -> dict:
 
 
 # info keys that give the answer away: moves still needed, whether the gold passage was found
-ANSWERS = {"Ragen/RubiksCube-v0": ("distance", "optimal_solution_length"), "Ragen/SearchQA-v0": ("gold_retrieved",)}
+ANSWERS = {ids_in("rubikscube")[0]: ("distance", "optimal_solution_length"),
+           ids_in("searchqa")[0]: ("gold_retrieved",)}
 
 
 def oracle_infos(env_id: str, reset, step, seed: int = 3) -> list[dict]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ragen_envs import ENVIRONMENTS
 from ragen_envs.agent import ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig, parse_response
 from trainers.config import SFTConfig
 from trainers.sft import demonstrations, oracle_turn, warm_start
@@ -69,7 +70,8 @@ def test_multi_move_turns_play_the_oracles_next_moves_in_one_reply(tokenizer):
 def test_the_look_ahead_does_not_see_the_slips_the_episode_will_draw():
     # A demonstrator may know only what a policy could: from one state, the move planned after the first
     # is the same whatever slips the episode goes on to draw (its transition seed)
-    chat = ChatEnv("Ragen/FrozenLakeSlippery-v0")
+    slippery = next(e.id for e in ENVIRONMENTS.values() if e.kwargs.get("slip"))  # the catalogue's slippery lake
+    chat = ChatEnv(slippery)
     config = SFTConfig(imperfect=0.0, multi_move=1.0)
     for seed in range(4):
         plans = set()
