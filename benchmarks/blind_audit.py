@@ -167,9 +167,10 @@ def _children(plan: Plan, actions: list[str], reuse: bool = False) -> list[Plan]
 
 
 def blind_plan(s: Setting, seeds: list[int], actions: list[str], width: int = 8, max_plan: int = 40) -> list[str]:
-    """The fixed action sequence that succeeds on most of ``seeds``: a beam search of ``width`` plans that
-    ranks each plan by the best of its one-step extensions first (a blind plan often needs a move that
-    pays nothing, such as undoing the last, before the next that pays), then by its own success."""
+    """The fixed action sequence that succeeds on most of ``seeds``: a beam search of ``width`` plans by
+    success, then return. Where plans tie at the beam's edge, the tied ones are ranked by the best of
+    their one-step extensions: a blind plan often needs a move that pays nothing, such as undoing the
+    last, before the next that pays."""
     start = []
     for seed in seeds:
         env = _make(s)
@@ -178,17 +179,24 @@ def blind_plan(s: Setting, seeds: list[int], actions: list[str], width: int = 8,
     root = Plan([], start, [False] * len(seeds), [False] * len(seeds), [0.0] * len(seeds))
     frontier, best = _children(root, actions, reuse=True), root
     for _ in range(min(s.budget, max_plan) - 1):
-        ranked = []
-        for plan in frontier:
-            ahead = max((child.score for child in _children(plan, actions)), default=plan.score)
-            ranked.append((ahead, plan.score, plan))
-            best = max(best, plan, key=lambda p: p.score)
-        ranked.sort(key=lambda r: r[:2], reverse=True)
-        frontier = [child for _, _, plan in ranked[:width] if not all(plan.over)
-                    for child in _children(plan, actions, reuse=True)]
+        best = max([best, *frontier], key=lambda p: p.score)
+        kept = [plan for plan in _kept(frontier, actions, width) if not all(plan.over)]
+        frontier = [child for plan in kept for child in _children(plan, actions, reuse=True)]
         if not frontier:
             break
     return max([best, *frontier], key=lambda p: p.score).actions
+
+
+def _kept(frontier: list[Plan], actions: list[str], width: int) -> list[Plan]:
+    """The ``width`` best plans of ``frontier``; those tied at the edge ranked by their best extension."""
+    ranked = sorted(frontier, key=lambda p: p.score, reverse=True)
+    if len(ranked) <= width or ranked[width - 1].score != ranked[width].score:
+        return ranked[:width]
+    edge = ranked[width - 1].score
+    sure = [p for p in ranked if p.score > edge]
+    tied = [p for p in ranked if p.score == edge]
+    ahead = {id(p): max((c.score for c in _children(p, actions)), default=p.score) for p in tied}
+    return sure + sorted(tied, key=lambda p: ahead[id(p)], reverse=True)[:width - len(sure)]
 
 
 def plan_success(s: Setting, plan: list[str], seeds: list[int]) -> float:
@@ -247,8 +255,8 @@ def audit(env_id: str, name: str, seeds: int = 200, width: int = 8, max_plan: in
     bar = rand + (oracle - rand) / 2
     plan = blind_plan(s, train, alphabet(s, train, open_text_actions), width, max_plan)
     capped = f", plans capped at {max_plan}" if s.budget > max_plan else ""
-    rows = [("observation-blind", f"{len(plan)} fixed actions (budget {s.budget}{capped})",
-             plan_success(s, plan, held))]
+    what = f"{len(plan)} fixed actions" if plan else "none: no fixed action earns anything"
+    rows = [("observation-blind", f"{what} (budget {s.budget}{capped})", plan_success(s, plan, held))]
     if type(_make(s)).__name__ in NAMED_CHOICES:
         fitted = max(surface_rules(), key=lambda r: surface_success(s, r[1], train))
         rows.append(("surface-feature", f"the {fitted[0]} name", surface_success(s, fitted[1], held)))
@@ -271,20 +279,23 @@ def main(argv=None) -> int:
     parser.add_argument("--max-plan", type=int, default=40, help="longest blind plan searched")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     args = parser.parse_args(argv)
-    rows = [row for env_id in args.envs or usable_ids() for name in args.settings
-            for row in audit(env_id, name, args.seeds, args.width, args.max_plan)]
-    print_rows(rows, args.markdown)
-    return 1 if any(r["verdict"] == "BUG" for r in rows) else 0
+    if args.markdown:
+        print("| env | setting | policy | what it plays | held-out success | random | oracle | verdict |\n"
+              "|---|---|---|---|---|---|---|---|")
+    bugs = 0
+    for env_id in args.envs or usable_ids():
+        for name in args.settings:
+            rows = audit(env_id, name, args.seeds, args.width, args.max_plan)
+            print_rows(rows, args.markdown)
+            bugs += sum(r["verdict"] == "BUG" for r in rows)
+    return 1 if bugs else 0
 
 
 def print_rows(rows: list[dict], markdown: bool) -> None:
-    if markdown:
-        print("| env | setting | policy | what it plays | held-out success | random | oracle | verdict |\n"
-              "|---|---|---|---|---|---|---|---|")
     for r in rows:
         cells = (r["env"].split("/")[-1], r["setting"], r["policy"], r["how"], f"{r['success']:.2f}",
                  f"{r['random']:.2f}", f"{r['oracle']:.2f}", r["verdict"])
-        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

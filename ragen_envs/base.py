@@ -175,9 +175,9 @@ class LLMEnv(gym.Env):
         if transition_seed is not None:
             # The initial state is drawn; what follows comes from its own stream.
             if not isinstance(transition_seed, (int, np.integer)) or isinstance(transition_seed, bool) \
-                    or transition_seed < 0:
-                raise ValueError(f"options['transition_seed'] must be a non-negative integer, "
-                                 f"got {transition_seed!r}")
+                    or not 0 <= transition_seed < 2 ** 64:  # a seed's range, as for reset(seed=...)
+                raise ValueError(f"options['transition_seed'] must be an integer in [0, 2**64), "
+                                 f"got {_brief(transition_seed)}")
             self._np_random = np.random.default_rng(int(transition_seed))
         self._started = True
         if self.render_mode == "human":
@@ -424,6 +424,17 @@ def open_text(action: str, max_chars: int) -> str | None:
     if not text or len(text) > max_chars or any(ord(c) < 32 and c not in "\t\n\r" or c == "\x7f" for c in text):
         return None
     return text
+
+
+QUOTE_MORE = "... ({n} more characters)"
+
+
+def quoted(text: str, max_chars: int) -> str:
+    """``text`` as an env or a prompt quotes an agent's own words back: each whitespace run one space,
+    other unprintable characters "?", and past ``max_chars`` characters cut with a note of how many were
+    left out. Never longer than ``text`` itself (plus the note): quoting must not amplify a reply."""
+    plain = "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
+    return plain if len(plain) <= max_chars else plain[:max_chars] + QUOTE_MORE.format(n=len(plain) - max_chars)
 
 
 CLIP_NOTE = "\n[... {n} characters cut]"

@@ -22,9 +22,10 @@ import os
 import random
 import socket
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from ragen_envs.once import build_once
 
 HUB_HOST = ("huggingface.co", 443)
 
@@ -72,7 +73,7 @@ def is_hub(dataset: Any) -> bool:
     return isinstance(dataset, str) and (dataset == "hub" or dataset.startswith("hub:"))
 
 
-@lru_cache(maxsize=8)
+@build_once(maxsize=8)
 def load_file(path: str, mtime_ns: int) -> tuple[dict, ...]:
     """Records of a .jsonl, .json or .parquet file (cached per path and modification time)."""
     suffix = Path(path).suffix.lower()
@@ -117,7 +118,7 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-@lru_cache(maxsize=4)
+@build_once(maxsize=4)
 def load_hub(name: str, split: str) -> tuple[dict, ...]:
     """A split of a Hub dataset (``OWNER/NAME`` or ``OWNER/NAME:CONFIG``) as records, through ``datasets``;
     offline, from its cache or a clear error."""

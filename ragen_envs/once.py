@@ -10,29 +10,42 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
 
-def build_once(fn: Callable[..., T]) -> Callable[..., T]:
+def build_once(fn: Callable[..., T] | None = None, *, maxsize: int | None = None):
     """Decorate ``fn`` so that ``fn(*args)`` runs once per distinct ``args`` (hashable, positional) in
     this process, whatever the number of threads asking at once; every caller gets the same object. A
-    call that raises caches nothing (the next caller tries again). ``fn.cache_clear()`` forgets all."""
-    results: dict = {}
+    call that raises caches nothing (the next caller tries again). ``maxsize``: keep only the latest that
+    many results (None: all). ``fn.cache_clear()`` forgets all. Use as ``@build_once`` or
+    ``@build_once(maxsize=8)``."""
+    if fn is None:
+        return lambda f: build_once(f, maxsize=maxsize)
+    results: OrderedDict = OrderedDict()
     locks: dict = {}
-    guard = threading.Lock()  # held only to find a key's lock, never while building
+    guard = threading.Lock()  # held only to look up or change the tables, never while building
 
     @functools.wraps(fn)
     def cached(*args):
-        if args in results:  # the common case: built, no lock taken
-            return results[args]
         with guard:
+            if args in results:  # the common case: built
+                results.move_to_end(args)
+                return results[args]
             lock = locks.setdefault(args, threading.Lock())
         with lock:
-            if args not in results:  # a thread that waited here finds the first one's result
-                results[args] = fn(*args)
-        return results[args]
+            with guard:
+                if args in results:  # a thread that waited here finds the first one's result
+                    return results[args]
+            value = fn(*args)
+            with guard:
+                results[args] = value
+                locks.pop(args, None)
+                while maxsize is not None and len(results) > maxsize:
+                    results.popitem(last=False)
+        return value
 
     def cache_clear() -> None:
         with guard:

@@ -55,8 +55,8 @@ METRICS = [
            "Retrieval"),
     Metric("rollout/grounding", "grounded", "the env's state facts (its oracle's own phrases: the player's "
            "position, the goal, the boxes) the turns' reasonings state right, less those they state wrong, as a "
-           "share of the facts (at least 0): a fact said with another value, or beside another value, counts "
-           "against; envs with such facts only",
+           "share of the facts (-1 to 1; 0 says nothing): a fact said with another value, or beside another "
+           "value, counts against; envs with such facts only",
            "can stay low while Retrieval-Acc is high: reasonings that differ by input need not be right",
            "Retrieval", True),
     Metric("mi_traj/retrieval_acc", "ret_traj", "retrieval accuracy on one random turn per trajectory",

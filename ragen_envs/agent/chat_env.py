@@ -40,9 +40,11 @@ def grounding(facts: dict[str, str], reasoning: str | None) -> float | None:
     A fact's phrase is words, then a value ("I am at (2, 3)"). Wherever the reasoning says those words
     (spaces and case aside) followed by a value, it states that fact: right when the value is the fact's
     (a list of cells in any order), else wrong. A fact counts as right when the reasoning states it and
-    never otherwise, as wrong when any statement of it is wrong. The score is (right - wrong) / facts, at
-    least 0: one right statement of each fact scores 1, stating every cell of the board (or a wrong cell
-    beside a right one) scores 0. A phrase without a number counts right when said, never wrong."""
+    never otherwise, as wrong when any statement of it is wrong. The score is (right - wrong) / facts, from
+    -1 to 1: one right statement of each fact scores 1, saying nothing 0, and a wrong one costs what a right
+    one earns, so a guess pays only where it is right more often than not; stating every cell of the board
+    (or a wrong cell beside a right one) scores -1 for that fact. A phrase without a number counts right
+    when said, never wrong."""
     if not facts:
         return None
     said = _squash(reasoning or "")
@@ -55,7 +57,7 @@ def grounding(facts: dict[str, str], reasoning: str | None) -> float | None:
         stated = _statements(said, words)
         right += bool(stated) and all(v == value for v in stated)
         wrong += any(v != value for v in stated)
-    return max(0, right - wrong) / len(facts)
+    return (right - wrong) / len(facts)
 
 
 # A fact's value: parenthesised number groups ("(1,2),(3,4)", "and" between them too), or bare numbers.

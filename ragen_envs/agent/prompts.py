@@ -13,6 +13,8 @@ action the same way: ``<answer>...</answer>``, after ``<think>...</think>`` when
 
 from __future__ import annotations
 
+from ragen_envs.base import quoted
+
 SYSTEM = """You are a helpful assistant. You work on the task below in turns: each turn you see the \
 current observation and reply.
 
@@ -63,24 +65,13 @@ FEEDBACK_SOME_INVALID = "Ignored invalid actions: {actions}.\n"
 # The most characters of a reply the feedback quotes back: a quoted reply must never cost the context
 # more than the reply did (a reply of tabs written as repr escapes grew 16-fold in tokens).
 QUOTE_CHARS = 120
-QUOTE_MORE = "... ({n} more characters)"
 
 
 def quote_actions(actions: list[str]) -> str:
     """The rejected actions as the feedback quotes them: each in single quotes, joined by ", ", every
     whitespace run as one space and other unprintable characters as "?"; past ``QUOTE_CHARS`` characters
-    the rest is cut, saying how many characters were left out. Never longer than ``QUOTE_CHARS`` plus
-    ``QUOTE_MORE``."""
-    text = ", ".join(f"'{_plain(action)}'" for action in actions)
-    if len(text) <= QUOTE_CHARS:
-        return text
-    return text[:QUOTE_CHARS] + QUOTE_MORE.format(n=len(text) - QUOTE_CHARS)
-
-
-def _plain(text: str) -> str:
-    """``text`` with whitespace runs as one space and unprintable characters as "?": one character
-    each at most, so a quote is never longer than what it quotes."""
-    return "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
+    the rest is cut, saying how many characters were left out (``ragen_envs.base.quoted``)."""
+    return quoted(", ".join(f"'{quoted(action, len(action))}'" for action in actions), QUOTE_CHARS)
 
 
 def _what(valid_actions: list[str] | None) -> str:

@@ -132,7 +132,7 @@ class Trajectory:
         for k, turn in enumerate(data.get("turns", []), start=1):
             check_fields(turn, TURN_FIELDS, Turn, f"turn {k} (field 'turns'): ")
         data = dict(data)
-        images = {key: _image(key, uri) for key, uri in data.pop("images", {}).items()}
+        images = _images(data.pop("images", {}))
         data["messages"] = vision.from_json(data["messages"], _known(images, "messages"))
         turns = [_turn(t, _known(images, f"turn {k}")) for k, t in enumerate(data.pop("turns", []), start=1)]
         return cls(**data, turns=turns)
@@ -207,6 +207,9 @@ TRAJECTORY_FIELDS = {
     "images": (lambda v: isinstance(v, dict) and all(_is_str(x) for x in v.values()), "an object of data URIs"),
 }
 MAX_IMAGE_PIXELS = 4096 * 4096  # a saved board is far smaller; a bigger "image" is a decompression bomb
+# all the images of one file together (192 MB decoded; a visual run's 128 episodes of 10 boards hold about
+# 12M): a small PNG repeated under many keys or episodes must not decode into gigabytes
+MAX_FILE_PIXELS = 64 * 1024 * 1024
 
 
 def _shown(value) -> str:
@@ -232,8 +235,26 @@ def check_fields(data: dict, schema: dict, cls: type, where: str) -> None:
             raise ValueError(f"{where}field {name!r} must be {wanted}, got {_shown(value)}")
 
 
-def _image(key: str, uri: str):
-    """The image a saved data URI holds, after checking it is a PNG of a sane size (before decoding it)."""
+def _images(uris: dict) -> dict:
+    """The images of an episode's ``images`` field (key -> data URI), their sizes checked before any is
+    decoded: each, and all together (``MAX_FILE_PIXELS``)."""
+    total = image_pixels(uris)
+    if total > MAX_FILE_PIXELS:
+        raise ValueError(f"field 'images': {total} pixels in all, over {MAX_FILE_PIXELS}")
+    return {key: _image(key, uri) for key, uri in uris.items()}
+
+
+def image_pixels(uris) -> int:
+    """The pixels of all the PNGs of an ``images`` field (key -> data URI), from their headers; 0 for a
+    field that is no such object (its type check says so)."""
+    if not isinstance(uris, dict) or not all(isinstance(u, str) for u in uris.values()):
+        return 0
+    return sum(_png_pixels(key, uri) for key, uri in uris.items())
+
+
+def _png_pixels(key: str, uri: str) -> int:
+    """The pixels of the PNG a data URI holds, read from its header: a ValueError unless it is one of at most
+    ``MAX_IMAGE_PIXELS``."""
     data = b""
     if uri.startswith(vision.DATA_URI):
         try:
@@ -245,6 +266,11 @@ def _image(key: str, uri: str):
     width, height = struct.unpack(">II", data[16:24])
     if width * height > MAX_IMAGE_PIXELS:
         raise ValueError(f"field 'images': {_shown(key)} is {width}x{height}, over {MAX_IMAGE_PIXELS} pixels")
+    return width * height
+
+
+def _image(key: str, uri: str):
+    """The image a saved data URI holds (``_png_pixels`` checked it first)."""
     try:
         return vision.from_data_uri(uri)
     except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for a damaged PNG
@@ -317,6 +343,9 @@ def saved_iterations(run: str | Path) -> list[Path]:
                   key=iteration_of)
 
 
+MAX_FILE_BYTES = 4 << 30  # a rollouts file larger than this is not one a run writes
+
+
 class TrajectoryFileError(ValueError):
     """A file that does not hold saved trajectories; the message names the file, the line and the field."""
 
@@ -325,11 +354,20 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
     """The trajectories of a JSONL file (``save_jsonl``'s), each line's fields type-checked: a
     ``TrajectoryFileError`` names the file, the line and the field of the first that is wrong."""
     out, number = [], 0
+    if not Path(path).is_file():  # a link to /dev/zero or a pipe would be read without end
+        raise TrajectoryFileError(f"{path} is not a regular file")
+    if Path(path).stat().st_size > MAX_FILE_BYTES:
+        raise TrajectoryFileError(f"{path} is over {MAX_FILE_BYTES >> 30} GiB: not a rollouts file this viewer reads")
     try:
         with Path(path).open(encoding="utf-8") as f:
+            pixels = 0
             for number, line in enumerate(f, start=1):
                 if line.strip():
-                    out.append(Trajectory.from_dict(json.loads(line)))
+                    record = json.loads(line)
+                    pixels += image_pixels(record.get("images")) if isinstance(record, dict) else 0
+                    if pixels > MAX_FILE_PIXELS:
+                        raise ValueError(f"field 'images': over {MAX_FILE_PIXELS} pixels in the file so far")
+                    out.append(Trajectory.from_dict(record))
     except (ValueError, RecursionError) as error:  # JSON, a field, or text that is not UTF-8 (a ValueError too)
         raise TrajectoryFileError(f"{path} does not hold saved trajectories: line {number}: {error}") from None
     return out

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import re
-import shutil
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -368,16 +368,28 @@ def write_report(source: str | Path, out: str | Path | None = None, iteration: i
 
     if not source.is_dir():
         out = Path(out) if out else path.with_suffix(".html")
-        out.write_text(page(load(path), path.name), encoding="utf-8")
+        write_page(out, page(load(path), path.name))
         return out
     saved = saved_iterations(source)
     for each in saved:
         text = page(load(each), f"{source.resolve().name}: iteration {iteration_of(each)}",
                     run_header(source, each, saved))
-        (source / page_name(iteration_of(each))).write_text(text, encoding="utf-8")
+        write_page(source / page_name(iteration_of(each)), text)
     out = Path(out) if out else source / "report.html"
-    shutil.copyfile(source / page_name(iteration_of(path)), out)
+    write_page(out, (source / page_name(iteration_of(path))).read_text(encoding="utf-8"))
     return out
+
+
+def write_page(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a new file: a link already there (a run folder someone sent, with
+    ``report.html`` pointing at a file of yours) is replaced, never written through."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:  # "x": not even this temporary name may be a link
+            f.write(text)
+        os.replace(tmp, path)  # replaces the directory entry: a link's target is left alone
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load(path: Path) -> list[Trajectory]:

@@ -3,7 +3,8 @@
     env = gymnasium.make("Ragen/Remote-v0", url="http://127.0.0.1:8000", env_id="Ragen/FrozenLake-v0")
 
 It opens one session on the server and keeps the env contract of ``ragen_envs.base``: the same
-``instructions``, ``valid_actions``, ``parse_action``, ``oracle_action`` and ``oracle_reasoning``,
+``instructions``, ``valid_actions``, ``parse_action``, ``oracle_action`` and ``oracle_reasoning`` (the oracle
+only from a server started with ``--oracle``: it hands the answers to whoever asks),
 spaces equal to the env's, and for a seed the same episode as the local env. So ``ChatEnv``, the
 rollout runner and the trainer take it unchanged (env id ``Ragen/Remote-v0`` with ``env_kwargs``
 ``{"url": ..., "env_id": ...}``). One difference: ``info`` holds only what the env lets an agent see

@@ -18,8 +18,10 @@ Empty text, control characters and text over 10,000 characters are invalid actio
 Reward: ``search`` 0; ``finish`` 1 on an exact match with the gold answer, else the token F1 when it
 is at least 0.3, else 0 (HotpotQA's answer normalisation, ``scoring.py``); an answer that names another
 candidate scores 0: another option of a question that offers two ("..., Estonia or Latvia?"), or the
-answer of another question of its kind ("Northern Europe, Western Asia" for a subregion question), so a
-hedge never pays (RAGEN's F1 pays it: a departure on purpose). Success, by ``success``:
+answer of another question of its kind ("Northern Europe, Western Asia" for a subregion question, or a
+wrong subregion that shares a word with the right one), and so does one that, without the whole gold
+answer, fits another candidate as well ("Asia Europe Africa"; ``scoring.hedges``), so a hedge never pays
+(RAGEN's F1 pays it: a departure on purpose). Success, by ``success``:
 ``"ragen"`` (default) a reward above 0 (an exact match or F1 >= 0.3), ``"exact"`` an exact match.
 
 Termination: an answer ends the episode; it is truncated after ``max_steps`` (default 10).
@@ -53,7 +55,7 @@ import re
 from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, MAX_STEPS, Bounds, TextEnv, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, MAX_STEPS, Bounds, TextEnv, check_positive_int, open_text, quoted
 from ragen_envs.searchqa import corpus as builtin
 from ragen_envs.searchqa.corpus import Passage, Question
 from ragen_envs.searchqa.retrieval import HTTPRetriever, PassageIndex, RetrievalError
@@ -64,6 +66,7 @@ FIELDS = ("question", "answer")
 PASSAGE_FIELDS = ("text",)
 ACTION = re.compile(r"\s*(search|finish)\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
 MAX_QUERY_CHARS = 500
+QUOTE_CHARS = 200  # the most of a query the observation quotes back
 HEDGE_POOL = 5000  # questions whose answers are the candidates of a hedge (enough for every kind here)
 
 INSTRUCTIONS = (
@@ -146,9 +149,11 @@ class SearchQAEnv(TextEnv):
             text = open_text(action, MAX_ANSWER_CHARS)
             if text is None:
                 return None
-            for verb in ("search", "finish"):
-                if text.startswith(f"{verb}[") and text.endswith("]"):
-                    return verb, text[len(verb) + 1:-1]
+            if text.startswith("search[") and text.endswith("]"):  # a query is no book either
+                query = text[len("search["):-1]
+                return None if len(query) > MAX_QUERY_CHARS else ("search", query)
+            if text.startswith("finish[") and text.endswith("]"):
+                return "finish", text[len("finish["):-1]
             return "answer", text
         match = ACTION.fullmatch(action)
         if match is None:
@@ -196,11 +201,12 @@ class SearchQAEnv(TextEnv):
         lines = [f"Question: {self.question.question}",
                  "Actions: search[query] or finish[answer]."]
         if self.queries:
-            lines.append("Searches so far: " + "; ".join(self.queries))
+            # the agent's own words, quoted back normalised and capped: never longer than it wrote them
+            lines.append("Searches so far: " + "; ".join(quoted(q, QUOTE_CHARS) for q in self.queries))
             if self.error:
                 lines.append(f"Search failed: {self.error}")
             elif not self.results:
-                lines.append(f"No passage matches {self.queries[-1]!r}.")
+                lines.append(f"No passage matches '{quoted(self.queries[-1], QUOTE_CHARS)}'.")
             else:
                 shown = []
                 for rank, p in enumerate(self.results, start=1):
@@ -208,7 +214,7 @@ class SearchQAEnv(TextEnv):
                     shown.append(f"[{rank}] {p.title}: {text}" if p.title else f"[{rank}] {text}")
                 shown = "\n".join(shown)  # all passages together are cut too, as RAGEN's client does
                 cut = shown[:self.max_total_chars] + "..." if len(shown) > self.max_total_chars else shown
-                lines += [f"Results for {self.queries[-1]!r}:", cut]
+                lines += [f"Results for '{quoted(self.queries[-1], QUOTE_CHARS)}':", cut]
         if self.answer is not None:
             lines.append(f"Your answer: {self.answer}")
         return "\n".join(lines)

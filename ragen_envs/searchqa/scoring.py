@@ -49,19 +49,27 @@ def options(question: str) -> tuple[str, ...]:
 
 
 def hedges(prediction: str, gold: str, question: str, candidates=()) -> bool:
-    """Whether the answer names a candidate other than the gold one: an option of the question
-    ("Estonia Latvia" for Estonia), or any of ``candidates``, the answers of questions of the same
-    kind ("Western Eastern Southern Northern Europe" for Western Europe). F1 would pay such a hedge more
-    than a guess earns on average, so an answer naming several candidates counts as none of them."""
+    """Whether the answer names another candidate than the gold one, or fits one as well: a candidate is
+    an option of the question ("Estonia or Latvia?") or one of ``candidates``, the answers of questions of
+    the same kind. An answer hedges when it holds every word of another candidate ("Estonia Latvia" for
+    Estonia, "Eastern Asia" for Western Asia), or, not holding the whole gold answer, fits another
+    candidate at least as well by token F1 ("Asia Europe Africa" for Western Asia). F1 would pay a hedge
+    more than a guess earns on average, so an answer naming several candidates counts as none of them;
+    "the city of Tallinn" still counts for Tallinn. A candidate whose words are all the gold's ("Asia" for
+    Western Asia) is no other answer."""
     said, right = set(normalise(prediction).split()), set(normalise(gold).split())
-    named = (set(normalise(c).split()) for c in (*options(question), *candidates))
-    return any(words and words <= said and not words <= right for words in named)
+    score, whole = f1(prediction, gold), right <= said
+    for candidate in (*options(question), *candidates):
+        words = set(normalise(candidate).split())
+        if words and not words <= right and (words <= said or not whole and f1(prediction, candidate) >= score):
+            return True
+    return False
 
 
 def kind(question: str) -> str:
-    """A question's kind, for the candidates of ``hedges``: its first five words, normalised ("what is
-    capital of" gathers the capital questions, "in which subregion of world" the subregion ones)."""
-    return " ".join(normalise(question).split()[:5])
+    """A question's kind, for the candidates of ``hedges``: its first four words, normalised ("what is
+    capital of" gathers the capital questions, "in which subregion of" the subregion ones)."""
+    return " ".join(normalise(question).split()[:4])
 
 
 def reward(prediction: str, gold: str, min_f1: float = 0.3, question: str = "", candidates=()) -> float:

@@ -50,7 +50,7 @@ import re
 from typing import Any, Literal
 
 from ragen_envs import data
-from ragen_envs.base import MAX_ANSWER_CHARS, MAX_STEPS, Bounds, TextEnv, check_positive_int, open_text
+from ragen_envs.base import MAX_ANSWER_CHARS, MAX_STEPS, Bounds, TextEnv, check_positive_int, open_text, quoted
 from ragen_envs.bm25 import shared_index
 from ragen_envs.webshop import catalog
 from ragen_envs.webshop.catalog import Goal, Product
@@ -81,6 +81,7 @@ INSTRUCTIONS = (
     "shown in [brackets]: a product id, an option value, Next >, < Prev, Back to Search, Description, "
     "Features, Buy Now. Buying ends the episode; the reward measures how well the product fits."
 )
+QUOTE_CHARS = 200  # the most of a query the page quotes back
 
 
 class WebShopEnv(TextEnv):
@@ -243,7 +244,7 @@ class WebShopEnv(TextEnv):
                 p = self.products[i]
                 parts += [f"[{p.id}]", p.title, f"${p.price:.2f}"]
             if not self.results:
-                parts.append(f"No product matches {self.query!r}.")
+                parts.append(f"No product matches '{quoted(self.query, QUOTE_CHARS)}'.")
             return " [SEP] ".join([head, *parts])
         p = self.product
         parts = [f"[{BACK}]", f"[{PREV}]"]

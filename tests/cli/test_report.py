@@ -340,3 +340,45 @@ def test_a_files_env_kwargs_are_used_only_when_the_user_says_so(trajectories, tm
         assert (tmp_path / "t.html").read_text().count("<img") == boards, flags
     assert main(["view", str(tmp_path / "run.jsonl"), "--env-kwargs", "[1]"]) == 2
     assert "--env-kwargs" in capsys.readouterr().err
+
+
+def test_a_link_in_a_run_folder_is_replaced_never_written_through(trajectories, tmp_path):
+    # a run folder someone sent, with its report pages linked to a file of the viewer's user
+    trajs, _ = trajectories
+    run, victim = tmp_path / "run", tmp_path / "victim.txt"
+    (run / "rollouts").mkdir(parents=True)
+    save_jsonl(trajs, run / "rollouts" / "iteration-1.jsonl")
+    victim.write_text("mine")
+    (run / "report.html").symlink_to(victim)
+    (run / "report-iteration-1.html").symlink_to(tmp_path / "created-by-the-viewer.txt")
+    write_report(run, images=False)
+    assert victim.read_text() == "mine" and not (tmp_path / "created-by-the-viewer.txt").exists()
+    assert not (run / "report.html").is_symlink() and "<html" in (run / "report.html").read_text()
+
+
+def test_a_rollouts_file_that_is_no_regular_file_is_refused(tmp_path):
+    run = tmp_path / "run"
+    (run / "rollouts").mkdir(parents=True)
+    (run / "rollouts" / "iteration-1.jsonl").symlink_to("/dev/zero")  # read as one endless line
+    with pytest.raises(ValueError, match="not a regular file"):
+        write_report(run, images=False)
+
+
+def test_one_small_png_under_many_keys_is_refused_before_it_is_decoded(tmp_path):
+    import base64
+    import zlib
+
+    from ragen_envs.agent.trajectory import MAX_FILE_PIXELS, load_jsonl
+
+    # a 2048 x 2048 one-bit PNG compresses to about 2 KB and decodes to 12 MB: 20 keys, 240 MB
+    side = 2048
+    raw = b"".join(b"\x00" + bytes(side // 8) for _ in range(side))
+    chunk = lambda kind, data: (len(data).to_bytes(4, "big") + kind + data  # noqa: E731
+                                + zlib.crc32(kind + data).to_bytes(4, "big"))
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", side.to_bytes(4, "big") * 2 + bytes([1, 0, 0, 0, 0]))
+           + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+    uri = "data:image/png;base64," + base64.b64encode(png).decode()
+    keys = MAX_FILE_PIXELS // (side * side) + 1
+    path = hand_written(tmp_path / "bomb.jsonl", SMOKE, ["Up"], images={f"i{k}": uri for k in range(keys)})
+    with pytest.raises(ValueError, match="pixels"):
+        load_jsonl(path)

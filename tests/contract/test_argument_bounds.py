@@ -9,7 +9,7 @@ import typing
 import gymnasium as gym
 import pytest
 
-from conftest import env_params
+from conftest import SMOKE, env_params
 from ragen_envs import base
 from ragen_envs.base import Bounds, GenerationBudgetError
 from ragen_envs.countdown.generator import CountdownConfig
@@ -121,3 +121,11 @@ def test_resets_at_the_extremes_of_every_bound_play_or_name_the_argument(env_id,
         assert made, f"{name}: neither extreme of {bounds.text()} makes an env"
     assert all(used <= limit for _, used, limit in spent)
     assert bool(spent) == (cls.__name__ in GENERATORS)  # every generator's work is counted
+
+
+@pytest.mark.parametrize("bad", [-1, 2 ** 64, 10 ** 4000, 1.5, True])
+def test_a_transition_seed_is_an_integer_in_a_seeds_range(bad):
+    env = gym.make(SMOKE)
+    with pytest.raises(ValueError, match="transition_seed"):
+        env.reset(seed=0, options={"transition_seed": bad})
+    env.reset(seed=0, options={"transition_seed": 2 ** 64 - 1})

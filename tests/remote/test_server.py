@@ -50,7 +50,7 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def live():
-    with LiveServer(ServerConfig(envs=[SMOKE, DEFAULT])) as server:
+    with LiveServer(ServerConfig(envs=[SMOKE, DEFAULT], oracle=True)) as server:
         yield server
 
 
@@ -66,7 +66,7 @@ class LocalClient(TestClient):
 
 
 def app_client(**overrides) -> TestClient:
-    return LocalClient(create_app(ServerConfig(**{"envs": [SMOKE], **overrides})))
+    return LocalClient(create_app(ServerConfig(**{"envs": [SMOKE], "oracle": True, **overrides})))
 
 
 def play(env, seed: int, steps: int = 12, shown=None) -> list:
@@ -507,3 +507,28 @@ def test_call_and_seed_arguments_are_checked_alike_on_every_protocol():
         assert not mcp_tool(c, "reset", seed=largest)["isError"]
         assert ws_message(ws, "reset", seed=largest)["type"] == "observation"
         assert c.get("/health").json()["sessions"] == 3  # nothing refused opened a session
+
+
+def test_the_oracle_is_handed_out_only_by_a_server_started_with_it():
+    # a session id an agent sees (MCP prints it into the model's text) must not open the answers over REST
+    with LocalClient(create_app(ServerConfig(envs=[OPEN_TEXT]))) as c:
+        sid = c.post("/v1/sessions").json()["session_id"]
+        c.post(f"/v1/sessions/{sid}/reset", json={"seed": 1})
+        for method in ("oracle_action", "oracle_reasoning"):
+            assert error(c.post(f"/v1/sessions/{sid}/call/{method}", json={})) == (403, "oracle_disabled")
+        assert c.post(f"/v1/sessions/{sid}/call/parse_action", json={"args": ["x"]}).status_code == 200
+    with app_client(envs=[OPEN_TEXT]) as c:  # --oracle: for trusted clients (a warm start, an audit)
+        sid = c.post("/v1/sessions").json()["session_id"]
+        c.post(f"/v1/sessions/{sid}/reset", json={"seed": 1})
+        assert c.post(f"/v1/sessions/{sid}/call/oracle_action", json={}).status_code == 200
+
+
+def test_a_websocket_that_sends_nothing_ends_with_its_idle_session():
+    # idle WebSockets held every connection slot for good: the connection ends at the idle timeout
+    with app_client(idle_timeout_s=1.0) as c:
+        with c.websocket_connect("/ws") as ws:  # connects, then says nothing
+            reply = json.loads(ws.receive_text())
+            assert reply["type"] == "error" and reply["data"]["code"] == "SESSION_CLOSED"
+            with pytest.raises(WebSocketDisconnect):
+                ws.receive_text()
+        assert c.get("/health").json()["sessions"] == 0

@@ -38,6 +38,9 @@ class ServerConfig:
     # browser pages (Origin header) allowed besides those of an answered host name: "https://app:3000"
     # or a host name; "*": any; requests without Origin (not from a browser) always pass
     allowed_origins: tuple[str, ...] = ()
+    # hand out the envs' oracle (call/oracle_action, call/oracle_reasoning) to clients: only where every
+    # client is trusted (a warm start, an audit); an agent that reached it would read the answers off it
+    oracle: bool = False
 
     def __post_init__(self):
         if not self.envs:

@@ -3,10 +3,11 @@
 | "close", "data": {...}}``, a step's data ``{"action": "..."}``, replies ``{"type": "observation", "data":
 {"observation": {...}, "reward": r, "done": d}}``. Errors are ``{"type": "error"}`` replies and the
 connection stays open, but for ``SESSION_CLOSED``: the server closed the session (idle past its timeout, or
-stopping), and the connection ends after that reply."""
+stopping, or nothing sent for ``idle_timeout_s``), and the connection ends after that reply."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -48,7 +49,12 @@ async def play(sessions: Sessions, websocket: WebSocket, env_id: str) -> None:
             await websocket.send_text(ws_error(code, error.message))
             return
         while True:
-            frame = await websocket.receive()
+            try:  # a connection that sends nothing holds a connection slot: it ends with its idle session
+                frame = await asyncio.wait_for(websocket.receive(), timeout=sessions.config.idle_timeout_s)
+            except asyncio.TimeoutError:
+                idle = sessions.config.idle_timeout_s
+                await websocket.send_text(ws_error("SESSION_CLOSED", f"no message for {idle:g} s (the idle timeout)"))
+                break
             if frame["type"] == "websocket.disconnect":
                 break
             raw = frame.get("text")

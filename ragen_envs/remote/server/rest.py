@@ -30,6 +30,7 @@ class CallBody(Strict):
     args: list[Any] = Field(default_factory=list)
 
 
+ORACLE_CALLS = ("oracle_action", "oracle_reasoning")  # the answers: only with ServerConfig.oracle
 # The arguments of each callable env method, by type: a wrong one is the client's mistake (422), not the env's.
 CALL_ARGS = {"parse_action": (str,), "oracle_action": (), "oracle_reasoning": (), "render": ()}
 
@@ -100,6 +101,10 @@ def routes(sessions: Sessions) -> APIRouter:
         session = sessions.get(sid)
         if method not in CALLS:
             raise ServeError(404, "unknown_method", f"callable env methods: {', '.join(CALLS)}")
+        if method in ORACLE_CALLS and not config.oracle:
+            raise ServeError(403, "oracle_disabled", f"{method}: this server does not hand out its envs' oracle "
+                             "(a client that reached it would read the answers); start it with --oracle where "
+                             "every client is trusted")
         args = body.args if body else []
         check_call_args(method, args)
         fn = session.env.get_wrapper_attr(method)
