@@ -146,12 +146,13 @@ bench: $(DEV)
 	$(PY) benchmarks/rollout_throughput.py
 	$(PY) benchmarks/precision.py
 
-# The env contract under hostile text, longer than `make test` runs it; then what degenerate policies
-# earn in every env (benchmarks/README.md keeps the table).
+# The env contract under hostile text, the env server under hostile clients and `ragen view` under hostile
+# files, longer than `make test` runs them; then what degenerate policies and policies that do not read the
+# task earn in every env (benchmarks/README.md keeps the tables).
 fuzz: $(DEV) system-packages
 	$(PY) benchmarks/env_fuzz.py --examples 500
-	$(PY) benchmarks/env_fuzz.py --server
-	$(PY) benchmarks/env_fuzz.py --viewer --examples 500
+	$(PY) benchmarks/server_fuzz.py
+	$(PY) benchmarks/viewer_fuzz.py --examples 500
 audit: $(DEV) system-packages
 	$(PY) benchmarks/reward_audit.py --markdown
 	$(PY) benchmarks/blind_audit.py --markdown

@@ -534,8 +534,8 @@ def test_the_visual_rollout_benchmark_prints_both_runs_and_their_ratio():
 
 def test_the_env_servers_protocols_hold_under_the_fuzzer():
     # on loopback, small: the session cap across protocols and after reaping, a slow request cut, a huge
-    # body refused with 413, hostile arguments answered with 4xx (benchmarks/env_fuzz.py --server: more)
+    # body refused with 413, hostile arguments answered with 4xx (benchmarks/server_fuzz.py: more)
     pytest.importorskip("uvicorn", reason="the 'server' extra")
-    import env_fuzz
+    import server_fuzz
 
-    assert env_fuzz.fuzz_server(examples=30, cap=3) == []
+    assert server_fuzz.fuzz_server(examples=30, cap=3) == []

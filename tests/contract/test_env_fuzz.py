@@ -14,6 +14,7 @@ from ragen_envs.registry import ENVIRONMENTS, ids_in
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import env_fuzz  # noqa: E402
+import viewer_fuzz  # noqa: E402
 
 EXAMPLES = int(os.environ.get("RAGEN_FUZZ_EXAMPLES", "12"))
 
@@ -48,7 +49,7 @@ def test_the_fuzzer_catches_a_step_that_raises_hangs_or_overpays(monkeypatch, ki
 
 
 def test_hostile_rollouts_files_are_refused_or_shown_safely_by_the_viewer():
-    assert env_fuzz.fuzz_viewer(examples=EXAMPLES) is None
+    assert viewer_fuzz.fuzz_viewer(examples=EXAMPLES) is None
 
 
 def test_the_viewer_fuzzer_catches_a_crash_a_script_and_a_side_effect(monkeypatch, tmp_path):
@@ -56,11 +57,11 @@ def test_the_viewer_fuzzer_catches_a_crash_a_script_and_a_side_effect(monkeypatc
 
     path, out = tmp_path / "r.jsonl", tmp_path / "r.html"
     path.write_text("{}\n")
-    assert env_fuzz.check_view(path, out, []) is None  # refused with the clear error, naming the file
+    assert viewer_fuzz.check_view(path, out, []) is None  # refused with the clear error, naming the file
     effects = ["socket.connect"]
-    assert "side effects" in env_fuzz.check_view(path, out, effects) and effects == []
+    assert "side effects" in viewer_fuzz.check_view(path, out, effects) and effects == []
     monkeypatch.setattr(report, "load", lambda p: 1 / 0)
-    assert "raised ZeroDivisionError" in env_fuzz.check_view(path, out, [])
+    assert "raised ZeroDivisionError" in viewer_fuzz.check_view(path, out, [])
     monkeypatch.setattr(report, "load", lambda p: [])
     monkeypatch.setattr(report, "render", lambda *a, **k: "<p><SCRIPT>alert(1)</script>")
-    assert "raw <script" in env_fuzz.check_view(path, out, [])
+    assert "raw <script" in viewer_fuzz.check_view(path, out, [])
