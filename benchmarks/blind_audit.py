@@ -116,7 +116,8 @@ def alphabet(s: Setting, seeds: list[int], open_text_actions: int = OPEN_TEXT_AC
 
     def record(env, info, step):
         action = env.oracle_action()
-        counts[action] += action is not None
+        if action is not None:
+            counts[action] += 1
         return action
 
     for seed in seeds:
