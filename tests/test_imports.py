@@ -1,6 +1,7 @@
 """Imports run one way, as the folders show: the env contract and its helpers (``ragen_envs/*.py``) at
 the bottom, the envs (``ragen_envs/<env>/``) above them, the agent (``ragen_envs/agent/``) above the
-envs, the trainers (``trainers/``) above the agent, and on top the command line, running envs
+envs with the public diagnosis of template collapse (``ragen_envs/diagnose/``), the trainers
+(``trainers/``) above the agent, and on top the command line, running envs
 elsewhere and the adapters (``ragen_envs/cli/``, ``remote/``, ``integrations/``). No module imports
 from a layer above its own, and below the agent nothing loads torch or transformers (env servers
 install the envs alone)."""
@@ -18,6 +19,7 @@ from conftest import DEFAULT
 
 ROOT = Path(__file__).parent.parent
 TOP = ("cli", "remote", "integrations")
+AGENT = ("agent", "diagnose")  # the diagnosis of template collapse works on the agent's policies, no trainer
 LAYERS = ["contract", "envs", "agent", "trainers", "top"]
 
 
@@ -40,7 +42,7 @@ def layer(module: str) -> str | None:
         return None
     if len(parts) == 1 or (ROOT / "ragen_envs" / f"{parts[1]}.py").is_file():
         return "contract"
-    return "agent" if parts[1] == "agent" else "top" if parts[1] in TOP else "envs"
+    return "agent" if parts[1] in AGENT else "top" if parts[1] in TOP else "envs"
 
 
 def _module_name(path: Path) -> str:
@@ -63,6 +65,7 @@ def test_no_module_imports_from_a_layer_above_its_own(path):
 def test_the_layers_are_the_folders():
     assert layer("ragen_envs.base") == layer("ragen_envs.grid") == "contract"
     assert layer("ragen_envs.sokoban.env") == "envs" and layer("ragen_envs.agent.rollout") == "agent"
+    assert layer("ragen_envs.diagnose") == layer("ragen_envs.diagnose.mi") == "agent"
     assert layer("trainers.trainer") == "trainers" and layer("ragen_envs.remote.server.app") == "top"
 
 

@@ -1,8 +1,8 @@
 """RL trainers for LLM agents (PPO, GRPO, DAPO, Dr. GRPO) with SNR-aware filtering and MI logging."""
 
+from ragen_envs.diagnose.filtering import select_groups
+from ragen_envs.diagnose.mi import MIZScoreEMA, mi_metrics
 from trainers.config import TrainerConfig
-from trainers.filtering import select_groups
-from trainers.mi import MIZScoreEMA, mi_metrics
 
 __all__ = ["MIZScoreEMA", "Trainer", "TrainerConfig", "mi_metrics", "select_groups"]
 

@@ -23,8 +23,9 @@ from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import NO_MODEL, check_envs
 from ragen_envs.agent.trajectory import rollouts_path, save_jsonl
+from ragen_envs.diagnose import mi
 from ragen_envs.registry import env_for
-from trainers import checkpoint, lora, mi, run_folder
+from trainers import checkpoint, lora, run_folder
 from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig
 from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, distribute, full_state,

@@ -9,9 +9,8 @@ from typing import Literal
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
+from ragen_envs.diagnose.filtering import LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
 from ragen_envs.registry import ENVIRONMENTS
-from trainers import filtering
-from trainers.filtering import LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES
 
 # The option sets live here, not beside their torch code, so the CLI builds its parser without torch.
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
@@ -130,7 +129,8 @@ class TrainerConfig:
     vf_coef: float = bounded(0.5, min=0)  # value loss weight (gae)
     cliprange_value: float = bounded(0.5, min=0)  # value clipping (verl's critic default)
 
-    # -- filter: SNR-aware filtering (trainers/filtering.py: RAGEN's released selection rules) --
+    # -- filter: SNR-aware filtering (ragen_envs/diagnose/filtering.py: RAGEN's released selection rules;
+    # the trainer reads these as one FilterConfig, the `filtering` property) --
     filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k | top_k_abs | min_p
     # rho: share of the summed score (top_p; >= 1 keeps all), of the groups (top_k), a count (top_k_abs)
     filter_value: float = 0.9
@@ -233,8 +233,7 @@ class TrainerConfig:
     def __post_init__(self):
         check_choices(self)  # every Literal-typed field against its choices
         check_bounds(self)  # every numeric field against the bounds declared with it
-        filtering.check(self.filter, self.filter_value, self.filter_prob_mode, self.filter_order, self.filter_skip)
-        filtering.check_level(self.filter_level, self.filter_metric)
+        self.filtering  # the filter's settings together: a ValueError for any the rules do not take
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")
@@ -277,6 +276,15 @@ class TrainerConfig:
         if self.use_turn_scores and self.reward_normalization_method != "identity":
             raise ValueError("reward normalization acts on episode returns, not turn scores (RAGEN refuses "
                              "the pair too): use_turn_scores needs reward_normalization_method='identity'")
+
+    @property
+    def filtering(self) -> FilterConfig:
+        """The filter's settings as one object, what the trainer passes to the selection rules (and what
+        ``ragen_envs.diagnose.rewards.filter_preview`` takes). Built from the flat ``filter*`` fields, which
+        stay the ones to set; ``filter_empty_stop`` and ``filter_loss_scaling`` act on the run, not on what
+        the filter keeps, so they are not part of it."""
+        return FilterConfig(self.filter, self.filter_value, self.filter_prob_mode, self.filter_metric,
+                            self.filter_order, self.include_zero, self.filter_level, self.filter_skip)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragen_envs.agent.trajectory import iteration_of, saved_iterations
+from ragen_envs.diagnose.filtering import LOW_RV_RATIO
 from trainers.config import PROBE_TERMS, TrainerConfig
-from trainers.filtering import LOW_RV_RATIO
 
 
 @dataclass(frozen=True)

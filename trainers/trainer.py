@@ -6,12 +6,13 @@
 One iteration (``iteration_step``), top to bottom, each phase a method below it:
 1. ``_rollout``: P prompt groups x G samples with the current policy (``RolloutRunner``, or
    ``AsyncRolloutRunner`` with ``rollout.asynchronous``), their metrics and the chance level.
-2. ``_mi``: every ``mi_every`` iterations, before filtering, the MI proxies (``trainers.mi``: which
+2. ``_mi``: every ``mi_every`` iterations, before filtering, the MI proxies (``ragen_envs.diagnose.mi``: which
    pairs, and their cross log-likelihoods) at first-turn and trajectory scope.
 3. ``_stats``: the no-grad pass (old log-probs, token entropy, reference log-probs, values) where
    anything needs it; entropies come from the sampler when it reports them.
-4. ``_filter``: each group scored (``filter_metric``) and kept by ``filter`` (``trainers.filtering``:
-   RAGEN's selection rules), over all ranks' groups; a streak of empty iterations stops the run.
+4. ``_filter``: each group scored (``filter_metric``) and kept by ``filter`` (``config.filtering``, a
+   ``FilterConfig`` of ``ragen_envs.diagnose.filtering``: RAGEN's selection rules), over all ranks'
+   groups; a streak of empty iterations stops the run.
 5. ``_advantages``: the kept samples' (``algorithms.advantages``: GAE across segments for PPO,
    group-relative for GRPO, DAPO and Dr. GRPO), after the no-grad pass where the update needs it,
    then scaled by RAGEN's advantage options (``_advantage_factors``). The filter and the advantages
@@ -47,13 +48,15 @@ from ragen_envs.agent.async_rollout import make_runner
 from ragen_envs.agent.backends.base import TokenPrompt
 from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.trajectory import rollout_metrics
+from ragen_envs.diagnose import mi
+from ragen_envs.diagnose.filtering import (LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, select,
+                                           select_trajectories)
 from trainers import algorithms as alg
-from trainers import gradient_probe, mi, rewards
+from trainers import gradient_probe, rewards
 from trainers.base import TrainerBase
 from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, full_weights, gathered
-from trainers.filtering import (LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, scores_for, select,
-                                select_trajectories)
+from trainers.filtering import scores_for
 from trainers.metrics import GROUP_RV_FILE, append_csv
 from trainers.model import checkpointing
 
@@ -220,7 +223,7 @@ class Trainer(TrainerBase):
         return bool(every) and (n == 1 or n % every == 0) and self.config.rollout.chat.enable_think
 
     def mi_diagnostics(self, trajectories) -> dict:
-        """The MI proxies of both scopes and families (``trainers.mi.diagnostics``)."""
+        """The MI proxies of both scopes and families (``ragen_envs.diagnose.mi.diagnostics``)."""
         cfg = self.config
         rng = random.Random(cfg.rollout.seed * 1_000_003 + self.iteration)
         with gathered(self.scorer, self.sharded):
@@ -260,23 +263,21 @@ class Trainer(TrainerBase):
         """The batch with this rank's sample indices to train on and the groups any rank kept (of the
         training runner's batch, or of the probe's own ``runner``, which leaves the run's state be).
         ``all_returns``: all ranks' P x G returns to train on (``_returns``)."""
-        cfg = self.config
+        cfg, filtering = self.config, self.config.filtering
         training = runner is None
         runner = runner or self.runner
         groups = len(runner.group_envs)
         keep = None  # with filter_level="trajectory": the kept trajectories, all ranks' P x G
         if not (training or cfg.gradient_analysis_filter):  # the probe's own batch, whole
             kept = np.arange(len(all_returns))
-        elif cfg.filter_level == "trajectory":
-            keep = select_trajectories(all_returns, cfg.filter, cfg.filter_value, cfg.filter_metric,
-                                       cfg.include_zero, cfg.filter_prob_mode, cfg.filter_order, cfg.filter_skip)
+        elif filtering.level == "trajectory":
+            keep = select_trajectories(all_returns, filtering)
             kept = np.flatnonzero(keep.any(axis=1))
         else:  # across ranks the filter ranks every group of the global batch; each rank trains its own kept ones
             returns = all_returns[self.rank * groups:(self.rank + 1) * groups]
-            scores = scores_for(cfg.filter_metric, returns, trajectories, layout, stats)
+            scores = scores_for(filtering.metric, returns, trajectories, layout, stats)
             scores = all_gather_rows(scores[:, None], self.world)[:, 0]
-            kept = select(scores, cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.filter_order,
-                          cfg.include_zero, skip=cfg.filter_skip)
+            kept = select(scores, filtering)
         metrics.update(filter_stats(all_returns, kept))
         metrics["filter/kept_trajectory_ratio"] = metrics["filter/kept_ratio"] if keep is None else float(keep.mean())
         if not training:
@@ -286,7 +287,7 @@ class Trainer(TrainerBase):
             self._log_group_rv(all_returns, kept, runner)
         self.empty_filter_streak = 0 if len(kept) else self.empty_filter_streak + 1
         metrics["filter/empty_streak"] = float(self.empty_filter_streak)
-        if cfg.filter != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
+        if filtering.strategy != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
             warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
                           f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "
                           "flat across prompts, so filtering is unlikely to help", stacklevel=2)

@@ -250,7 +250,7 @@ def test_a_model_with_multimodal_rotary_positions_is_refused_on_transformers(tok
 
 def test_mi_scores_each_reasoning_under_each_image_prompt(tiny_vlm):
     """Prompts alike in ids but showing different boards are different X: two columns, not one."""
-    from trainers.mi import cross_loglik
+    from ragen_envs.diagnose import cross_loglik
 
     ids = tiny_vlm.encode_chat([{"role": "user", "content": [
         {"type": "image", "image": np.zeros((32, 32, 3), np.uint8)}, {"type": "text", "text": "hi"}]}])

@@ -13,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import findings  # noqa: E402
 import ragen_experiments as rx  # noqa: E402
+from ragen_envs.diagnose.filtering import select  # noqa: E402
 from ragen_envs.registry import env_for_task  # noqa: E402
 from trainers import TrainerConfig  # noqa: E402
-from trainers.filtering import select  # noqa: E402
 
 from tests.trainers.test_trainer import SeededReplies  # noqa: E402
 

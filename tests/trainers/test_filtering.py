@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from trainers.filtering import (check, filter_stats, group_scores, per_group, reward_variance, select, select_groups,
-                                select_trajectories)
+from ragen_envs.diagnose.filtering import (FilterConfig, check, filter_stats, group_scores, per_group, reward_variance,
+                                           select, select_groups, select_trajectories)
 
 # Per row: std 0, 0.57735, 1.15470, 0 (sum 1.73205); variance 0, 1/3, 4/3, 0; mean 1, 0.5, 1, 5.
 RETURNS = np.array([[1, 1, 1, 1], [0, 1, 0, 1], [0, 2, 0, 2], [5, 5, 5, 5]], dtype=float)
@@ -146,3 +146,33 @@ def test_the_trajectory_level_filter_ranks_inside_each_group():
     assert squared[0].astype(int).tolist() == [0, 0, 0, 1]
     with pytest.raises(ValueError, match="std or variance"):
         select_trajectories(returns, metric="mean")
+
+
+def test_the_settings_whole_select_as_one_by_one():
+    assert select_groups(RETURNS, FilterConfig("top_p", 0.9)).tolist() == [1, 2]
+    assert select_groups(RETURNS, FilterConfig("top_k", 0.25, metric="mean")).tolist() == [3]
+    assert select([0.1, 0.8, 0.3, 0.0], FilterConfig("top_k", 0.25, skip=0.5)).tolist() == [0]
+    returns = np.array([[0, 0, 0, 4], [3, 0, 1, 0]], dtype=float)
+    keep = select_trajectories(returns, FilterConfig("top_k", 0.5, include_zero=False, level="trajectory"))
+    assert keep.tolist() == select_trajectories(returns, "top_k", 0.5, include_zero=False).tolist()
+    with pytest.raises(TypeError, match=r"also as \['value'\]"):
+        select_groups(RETURNS, FilterConfig("top_p"), 0.5)
+
+
+def test_filter_config_is_checked_and_is_the_trainers():
+    from dataclasses import FrozenInstanceError
+
+    from trainers import TrainerConfig
+
+    for kwargs in ({"strategy": "top_q"}, {"strategy": "top_k", "value": 1.5}, {"metric": "mad"},
+                   {"level": "trajectory", "metric": "mean"}, {"strategy": "top_p", "skip": 0.25}):
+        with pytest.raises(ValueError):
+            FilterConfig(**kwargs)
+    with pytest.raises(FrozenInstanceError):
+        FilterConfig().value = 0.5
+    cfg = TrainerConfig(filter="top_k", filter_value=0.25, filter_prob_mode="softmax", filter_metric="variance",
+                        filter_order="smallest", include_zero=False, filter_level="trajectory", filter_skip=0.5)
+    assert cfg.filtering == FilterConfig("top_k", 0.25, "softmax", "variance", "smallest", False, "trajectory", 0.5)
+    assert TrainerConfig().filtering == FilterConfig()  # the same defaults: no filter
+    with pytest.raises(ValueError, match="takes no skip"):
+        TrainerConfig(filter="top_p", filter_skip=0.25)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ragen_envs.agent.backends.transformers import TransformersPolicy
-from trainers import Trainer, TrainerConfig, checkpoint, lora, mi
+from ragen_envs.diagnose import mi
+from trainers import Trainer, TrainerConfig, checkpoint, lora
 from trainers.distributed import full_weights
 from trainers.scoring import TokenScorer
 

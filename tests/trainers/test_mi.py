@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from trainers.mi import MIZScoreEMA, cross_loglik, mi_metrics
+from ragen_envs.diagnose import MIZScoreEMA, cross_loglik, mi_metrics
 
 # P = 2 prompts, G = 1 sample each; lengths 2 and 1 tokens.
 L = np.array([[[-2.0, -4.0]], [[-3.0, -1.0]]])
@@ -138,7 +138,7 @@ def test_cross_scoring_on_a_tiny_model_equals_teacher_forcing(tiny_policy):
 
 
 def test_the_released_codes_variant_by_hand():
-    from trainers.mi import mi_metrics_code
+    from ragen_envs.diagnose import mi_metrics_code
 
     m = mi_metrics_code(L, N)
     # per token first: row 0 -> (-1, -2), row 1 -> (-3, -1); matched -1 and -1
@@ -151,7 +151,7 @@ def test_the_released_codes_variant_by_hand():
 
 
 def test_the_two_families_part_when_lengths_vary():
-    from trainers.mi import mi_metrics_code
+    from ragen_envs.diagnose import mi_metrics_code
 
     # Every token is 0.5 nats likelier under its own prompt (of 4): per token, the code's form gives
     # log 4 - log(1 + 3 e^-0.5) = 0.3497 whatever the length; the paper's log-mean-exp of whole-sequence
@@ -200,7 +200,7 @@ def _traj(group, reasonings):
 def test_which_pairs_each_scope_scores():
     import random
 
-    from trainers import mi
+    from ragen_envs.diagnose import mi
 
     trajs = [_traj(0, [[1], [2]]), _traj(0, [[]]), _traj(1, [[3, 3]]), _traj(2, [])]
     assert mi.reasoning_stats(trajs) == {"valid_thinking_rate": 0.75, "reasoning_tokens": 4 / 3,

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from ragen_envs.agent.trajectory import Trajectory, Turn
+from ragen_envs.diagnose.filtering import reward_variance
 from trainers import Trainer, TrainerConfig
 from trainers import algorithms as alg
 from trainers.batch import Layout, collate, trajectory_samples
-from trainers.filtering import reward_variance
 from trainers.metrics import GROUP_RV_FILE
 from trainers.rewards import normalized
 

@@ -9,10 +9,10 @@ import torch
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.agent.backends.base import Generation, Policy
 from ragen_envs.agent.trajectory import Trajectory, Turn
+from ragen_envs.diagnose.filtering import select_trajectories
 from trainers import Trainer, TrainerConfig
 from trainers import algorithms as alg
 from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
-from trainers.filtering import select_trajectories
 from trainers.metrics import METRICS
 
 from tests.numerics import assert_same_gradients, record_gradients

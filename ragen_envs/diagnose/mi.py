@@ -1,4 +1,5 @@
-"""Mutual-information proxies for template collapse, from in-batch cross-scoring.
+"""Mutual-information proxies for template collapse, from in-batch cross-scoring (any backend's
+``Policy.score``; the trainer calls ``diagnostics`` every ``mi_every`` iterations).
 
 ``loglik[i, k, j] = log p(Z_ik | X_j)``: the reasoning Z_ik (sample k of prompt i) scored under
 every prompt X_j of the batch, summed over Z's tokens; ``lengths[i, k] = |Z_ik|`` (0 = no
@@ -129,6 +130,7 @@ class MIZScoreEMA:
         self.sigma: float | None = None
 
     def update(self, loglik, lengths) -> float:
+        """This batch's MI-ZScore with the smoothed sigma (``loglik``, ``lengths`` as for ``mi_metrics``)."""
         if self.variant == "code":
             valid, matched, marginal = _per_token_first(loglik, lengths)
         else:
@@ -138,9 +140,11 @@ class MIZScoreEMA:
         return float(((matched - marginal)[valid] / (self.sigma + self.eps)).mean())
 
     def state_dict(self) -> dict:
+        """The smoothed sigma, to save with a checkpoint."""
         return {"sigma": self.sigma}
 
     def load_state_dict(self, state: dict) -> None:
+        """Resume from ``state_dict()``'s output."""
         self.sigma = state["sigma"]
 
 
@@ -197,12 +201,16 @@ def reasoning_stats(trajectories) -> dict[str, float]:
     return out
 
 
+def draw(items: list, limit: int, rng) -> list:
+    """At most ``limit`` of ``items`` (0: all), drawn without replacement with ``rng`` (a
+    ``random.Random``) when there are more, as RAGEN caps its scored pairs; else all, in order."""
+    return rng.sample(items, limit) if limit and len(items) > limit else items
+
+
 def first_turn_pairs(trajectories, limit: int, rng) -> dict[int, list]:
     """First-turn scope: group -> the first turns with reasoning of its episodes (X_i is the group's
     first prompt, Z_ik those turns' reasonings), ``limit`` turns drawn without replacement (0: all)."""
-    valid = [(t.group, t.turns[0]) for t in trajectories if t.turns and t.turns[0].reasoning_ids]
-    if limit and len(valid) > limit:
-        valid = rng.sample(valid, limit)
+    valid = draw([(t.group, t.turns[0]) for t in trajectories if t.turns and t.turns[0].reasoning_ids], limit, rng)
     by_group: dict[int, list] = {}
     for group, turn in sorted(valid, key=lambda pair: pair[0]):
         by_group.setdefault(group, []).append(turn)
