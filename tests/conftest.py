@@ -72,6 +72,15 @@ def tiny_model(tokenizer):
 
 
 @pytest.fixture
+def model_dir(tiny_model, tokenizer, tmp_path):
+    """The tiny model and the real tokenizer saved to a folder: a ``--model`` path for the CLI."""
+    path = tmp_path / "tiny"
+    tiny_model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture
 def tiny_policy(tiny_model, tokenizer):
     from ragen_envs.agent.backends.transformers import TransformersPolicy
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 # What a run writes; ``overwrite_output_dir`` removes exactly these and nothing else.
 RUN_FILES = ("metrics.jsonl", "metrics.csv", "metrics.abandoned.jsonl", "metrics.png", "config.json",
-             "tensorboard", "wandb", "rollouts", "report.html")
+             "tensorboard", "wandb", "rollouts", "report.html", "diagnosis.json", "diagnosis.png")
 CHECKPOINT = re.compile(r"\.?checkpoint-\d+(\.tmp)?$")
 
 

@@ -8,6 +8,7 @@ flag has the dataclass's default and the comment beside the field as help.
     ragen train --config runs/fl/config.json --output-dir runs/fl-again           # repeat it elsewhere
     ragen plot runs/fl
     ragen view runs/fl                                                            # episodes as HTML
+    ragen diagnose runs/fl --model runs/fl/checkpoint-20                # template collapse: a verdict
     ragen serve --env Ragen/Sokoban-v0 --port 8000                   # envs over HTTP (RemoteEnv, OpenEnv)
 """
 
@@ -250,7 +251,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     parser = cli_args.Parser(prog="ragen", description="ragen-envs: LLM agents in multi-turn RL", parents=[common])
     parser.add_argument("--version", action="version", version=f"ragen-envs {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                       help="list, eval, train, sft, serve, plot or view; COMMAND --help for more")
+                                       help="list, eval, train, sft, serve, plot, view or diagnose; COMMAND --help "
+                                            "for more")
     commands = {}
 
     def sub(name, **kwargs):
@@ -331,6 +333,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
                     help="replay with the file's env_kwargs: only for your own runs (they may make an env read "
                          "a file or use much memory). Envs that run code, fetch or read data are never replayed")
     vw.set_defaults(func=cmd_view)
+
+    from ragen_envs.cli.diagnose import add_parser
+
+    commands["diagnose"] = add_parser(sub)
     return parser, commands
 
 

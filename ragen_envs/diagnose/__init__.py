@@ -27,6 +27,11 @@ _HOME = {
     "filter_preview": "rewards",
     "group_returns": "rewards",
     "reward_stats": "rewards",
+    "Record": "readers",
+    "read_records": "readers",
+    "usable_steps": "readers",
+    "diagnose_records": "offline",
+    "judge": "offline",
 }
 
 __all__ = sorted(_HOME)

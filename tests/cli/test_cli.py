@@ -14,14 +14,6 @@ from ragen_envs.registry import ENVIRONMENTS, env_for, load_class
 from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS
 
 
-@pytest.fixture
-def model_dir(tiny_model, tokenizer, tmp_path):
-    path = tmp_path / "tiny"
-    tiny_model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def test_eval_prints_the_table_and_saves(model_dir, tmp_path, capsys):
     out = tmp_path / "t.jsonl"
     assert main(["eval", "--env", DEFAULT, "--env", f"{SMOKE}:1", "--groups", "1",

@@ -1,0 +1,123 @@
+"""``ragen diagnose PATH``: a run on disk in (a run folder, a trajectory file or generic JSONL), a verdict
+on template collapse out: diagnosis.json (a row per step and the verdict), a printed table and
+diagnosis.png. The input is read and checked before any model loads; one model scores every step.
+
+    ragen diagnose runs/fl                                  # the embedded default model scores
+    ragen diagnose samples.jsonl --model Qwen/Qwen2.5-0.5B-Instruct --out diag
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+DEFAULT_MODEL_NAME = "the embedded default model (SmolLM2-135M-Instruct)"
+PLOTTED = [("mi/mi_est", "MI-Est (nats/token)"), ("mi/conditional_entropy", "H(Z|X) (nats/token)"),
+           ("reasoning_length", "reasoning length (tokens)")]
+
+
+def add_parser(sub):
+    """The ``diagnose`` subcommand (returned) with its flags, made by ``sub`` (``ragen``'s subparser maker)."""
+    dg = sub("diagnose", help="score a run on disk for template collapse: diagnosis.json, a table, a plot")
+    dg.add_argument("path", help="a run folder (rollouts/iteration-N.jsonl), a trajectory file or generic JSONL")
+    dg.add_argument("--model", default=None, help="the scoring model: a path or hub id (default: the embedded "
+                    "SmolLM2-135M-Instruct); one model scores every step")
+    dg.add_argument("--scorer", default="transformers", choices=["transformers", "vllm", "openai"],
+                    help="the backend that scores (openai: --model is the served name, --tokenizer needed)")
+    dg.add_argument("--tokenizer", default=None, help="--scorer openai: the served model's tokenizer")
+    dg.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="--scorer openai: the server's URL")
+    dg.add_argument("--device", default=None, help="--scorer transformers: cpu, cuda, ...")
+    dg.add_argument("--out", default=None, help="the folder for diagnosis.json and diagnosis.png (default: the "
+                    "run folder, or the folder of the file)")
+    dg.add_argument("--reasoning-pattern", default=None, metavar="REGEX",
+                    help="generic JSONL with 'response': the regular expression of the reasoning (its first "
+                         "group), instead of <think>...</think>")
+    dg.add_argument("--max-pairs", type=int, default=64, help="(prompt, reasoning) pairs scored per step (0: all)")
+    dg.add_argument("--seed", type=int, default=0, help="the seed of the pairs drawn")
+    dg.set_defaults(func=cmd_diagnose)
+    return dg
+
+
+def load_scorer(args):
+    """The scoring policy the flags name (the only place ``ragen diagnose`` loads a model)."""
+    from ragen_envs.agent.backends import PolicyConfig
+
+    return PolicyConfig(backend=args.scorer, model=args.model, tokenizer=args.tokenizer, base_url=args.base_url,
+                        device=args.device).make()
+
+
+def cmd_diagnose(args) -> int:
+    from ragen_envs.diagnose.offline import diagnose_records
+    from ragen_envs.diagnose.readers import read_records, usable_steps
+
+    kind, records = read_records(args.path, args.reasoning_pattern)  # every input error is raised here,
+    usable_steps(records)                                              # before the model loads
+    path = Path(args.path)
+    out = Path(args.out) if args.out else path if path.is_dir() else path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    policy = load_scorer(args)
+    result = diagnose_records(policy, None, records, args.max_pairs, args.seed)
+    model = args.model or DEFAULT_MODEL_NAME
+    record = {"source": str(path), "format": kind, "scorer": args.scorer, "model": model,
+              "model_note": "one model scores every step (not each step's own checkpoint)", **result}
+    (out / "diagnosis.json").write_text(json.dumps(record, indent=1, default=float))
+    print_table(result["rows"])
+    plot = draw(result["rows"], out / "diagnosis.png", f"{path.name}: scored by {model}")
+    print(f"{kind} {path}, scored by {model} ({args.scorer}) for every step")
+    print(f"verdict: {result['verdict']}")
+    print(f"written: {out / 'diagnosis.json'}, {plot}")
+    return 0
+
+
+def print_table(rows: list[dict]) -> None:
+    """A line per step: the proxies, the reasoning length and the mean reward std, then the notes."""
+    columns = [("step", "step"), ("episodes", "episodes"), ("Retr-Acc", "mi/retrieval_acc"),
+               ("chance", "mi/retrieval_chance"), ("MI-Est", "mi/mi_est"), ("H(Z|X)", "mi/conditional_entropy"),
+               ("ZScoreEMA", "mi_code/mi_zscore_ema"), ("len", "reasoning_length")]
+    print("".join(f"{name:>10s}" for name, _ in columns) + "  reward-std  notes")
+    for row in rows:
+        cells = [f"{row[key]:10d}" if isinstance(row.get(key), int) else
+                 f"{row[key]:10.3f}" if key in row else f"{'-':>10s}" for _, key in columns]
+        std = row.get("reward_std")
+        std_text = f"{sum(std) / len(std):10.3f}" if std else f"{'-':>10s}"
+        print("".join(cells) + f"  {std_text}  {'; '.join(row['notes'])}")
+
+
+def draw(rows: list[dict], out: Path, title: str) -> Path:
+    """diagnosis.png: Retrieval-Acc against chance, MI-Est, H(Z|X), reasoning length and the spread of the
+    groups' reward std (median line, quartile band) over the steps."""
+    from trainers.metrics import pyplot
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 5, figsize=(22, 3.8))
+    scored = [r for r in rows if "mi/retrieval_acc" in r]
+    steps = [r["step"] for r in scored]
+    axes[0].plot(steps, [r["mi/retrieval_acc"] for r in scored], marker="o", label="Retrieval-Acc")
+    axes[0].plot(steps, [r["mi/retrieval_chance"] for r in scored], linestyle="--", color="grey", label="chance")
+    axes[0].set_ylim(-0.05, 1.05)
+    axes[0].legend(fontsize=7)
+    axes[0].set_title("Retrieval-Acc", fontsize=10)
+    for ax, (key, label) in zip(axes[1:4], PLOTTED):
+        points = [r for r in rows if key in r]
+        ax.plot([r["step"] for r in points], [r[key] for r in points], marker="o")
+        ax.set_title(label, fontsize=10)
+    rewarded = [r for r in rows if r.get("reward_std")]
+    quartiles = [sorted(r["reward_std"]) for r in rewarded]
+    if rewarded:
+        at = [[q[round(p * (len(q) - 1))] for q in quartiles] for p in (0.25, 0.5, 0.75)]
+        x = [r["step"] for r in rewarded]
+        axes[4].fill_between(x, at[0], at[2], alpha=0.2, label="quartiles")
+        axes[4].plot(x, at[1], marker="o", label="median")
+        axes[4].legend(fontsize=7)
+    else:
+        axes[4].text(0.5, 0.5, "no reward statistics\n(groups of one sample)", ha="center", va="center",
+                     transform=axes[4].transAxes, color="grey")
+    axes[4].set_title("group reward std", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
