@@ -96,6 +96,23 @@ class CollapseMonitor:
             self.events.append({"step": step, "warning": out["warning"]})
         return out
 
+    def state_dict(self) -> dict:
+        """What the monitor has learnt of the run (the EMAs, the recent MI-ZScores, the first H(Z|X), the
+        update count, the warnings), as plain values: save it with a checkpoint, so that a resumed run
+        warns as an uninterrupted one would."""
+        return {"emas": {name: ema.state_dict() for name, ema in self.emas.items()}, "recent": list(self.recent),
+                "first_entropy": self.first_entropy, "updates": self.updates,
+                "events": [dict(e) for e in self.events]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take up where ``state_dict`` left off (the thresholds and window stay this monitor's own)."""
+        for name, ema in self.emas.items():
+            ema.load_state_dict(state["emas"][name])
+        self.recent.clear()
+        self.recent.extend(state["recent"])
+        self.first_entropy, self.updates = state["first_entropy"], state["updates"]
+        self.events = [dict(e) for e in state["events"]]
+
     def _warn(self, metrics: dict) -> str | None:
         """The early warning of this update (the module docstring's rule), or None."""
         prefix = "mi_code" if self.variant == "code" else "mi"

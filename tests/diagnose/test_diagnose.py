@@ -97,3 +97,21 @@ def test_no_warning_when_entropy_moves_too():
     assert monitor._warn({"mi_code/mi_zscore_ema": 0.5, "mi_code/conditional_entropy": 2.9}) is not None
     # the window holds 3 updates: 2.0 has left it, and 0.4 is not below half of 0.5
     assert monitor._warn({"mi_code/mi_zscore_ema": 0.4, "mi_code/conditional_entropy": 2.9}) is None
+
+
+def test_a_restored_monitor_warns_as_an_uninterrupted_one_would():
+    import json
+
+    def fed(monitor, rows):
+        return [monitor._warn({"mi_code/mi_zscore_ema": z, "mi_code/conditional_entropy": h}) for z, h in rows]
+
+    rows = [(2.0, 3.0), (1.8, 3.0), (0.5, 2.9), (0.4, 2.9)]
+    whole = CollapseMonitor(None, window=3)
+    expected = fed(whole, rows)
+    first = CollapseMonitor(None, window=3)
+    fed(first, rows[:2])
+    first.emas["mi"].sigma, first.updates = 0.7, 2
+    resumed = CollapseMonitor(None, window=3)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))  # as a checkpoint stores it
+    assert fed(resumed, rows[2:]) == expected[2:] and expected[2] is not None
+    assert resumed.emas["mi"].sigma == 0.7 and resumed.updates == 2
