@@ -174,24 +174,35 @@ def fuzz(env_id: str, kwargs: dict | None = None, examples: int = 20, bounds: Bo
     """Fuzz one env in a process of its own: None when it kept the contract, else what broke (a hang
     past ``timeout`` is named with the action it was stepping)."""
     bounds = bounds or Bounds()
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
     with tempfile.NamedTemporaryFile("r", suffix=".step") as progress:
-        child = context.Process(target=_child, args=(env_id, kwargs or {}, examples, bounds, progress.name, queue))
-        child.start()
-        deadline = time.monotonic() + timeout
-        while child.is_alive() and time.monotonic() < deadline and queue.empty():
-            child.join(0.2)
-        if not queue.empty():
-            result = queue.get()
-            child.join(10)
+        answered, result, exitcode = in_child(_child, (env_id, kwargs or {}, examples, bounds, progress.name), timeout)
+        if answered:
             return result
         where = open(progress.name).read()
-        child.kill()
-        child.join()
-        if child.exitcode not in (None, 0) and time.monotonic() < deadline:
-            return f"the process died (exit {child.exitcode}) at {where}"
-        return f"no answer within {timeout:.0f} s: hung at {where}"
+    if exitcode is not None:
+        return f"the process died (exit {exitcode}) at {where}"
+    return f"no answer within {timeout:.0f} s: hung at {where}"
+
+
+def in_child(target, args: tuple, timeout: float) -> tuple[bool, object, int | None]:
+    """Run ``target(*args, queue)`` in a spawned process, which puts one answer on ``queue``: (True, the
+    answer, None), or (False, None, its exit code) when it died first, or (False, None, None) when it gave
+    no answer within ``timeout`` seconds (it is killed then). A hang in C code cannot stop the caller."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=target, args=(*args, queue))
+    child.start()
+    deadline = time.monotonic() + timeout
+    while child.is_alive() and time.monotonic() < deadline and queue.empty():
+        child.join(0.2)
+    if not queue.empty():
+        result = queue.get()
+        child.join(10)
+        return True, result, None
+    died = not child.is_alive() and child.exitcode not in (None, 0)
+    child.kill()
+    child.join()
+    return False, None, child.exitcode if died else None
 
 
 def targets(env_ids: list[str]) -> list[tuple[str, dict]]:

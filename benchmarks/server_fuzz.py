@@ -165,26 +165,31 @@ def _cap_rounds(http, cap: int, idle_s: float, sockets: WebSockets) -> list[str]
     return problems
 
 
-def _trickle(port: int, start: bytes, gap_s: float, give_up_s: float) -> bool:
-    """Send ``start`` then a byte every ``gap_s`` until the server closes the connection (True) or
-    ``give_up_s`` pass (False)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(start)
-        sock.settimeout(gap_s)
-        end = time.monotonic() + give_up_s
-        while time.monotonic() < end:
-            try:
-                if sock.recv(1024) == b"":
-                    return True
-            except socket.timeout:
-                pass
-            except ConnectionResetError:
+def trickle(sock: socket.socket, start: bytes, gap_s: float, give_up_s: float) -> bool:
+    """Send ``start`` on ``sock``, then a byte every ``gap_s`` until the server closes the connection (True)
+    or ``give_up_s`` pass (False)."""
+    sock.sendall(start)
+    sock.settimeout(gap_s)
+    end = time.monotonic() + give_up_s
+    while time.monotonic() < end:
+        try:
+            if sock.recv(1024) == b"":
                 return True
-            try:
-                sock.sendall(b"a")
-            except (BrokenPipeError, ConnectionResetError):
-                return True
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            return True
+        try:
+            sock.sendall(b"a")
+        except (BrokenPipeError, ConnectionResetError):
+            return True
     return False
+
+
+def _trickle(port: int, start: bytes, gap_s: float, give_up_s: float) -> bool:
+    """``trickle`` on a new connection to the loopback server at ``port``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        return trickle(sock, start, gap_s, give_up_s)
 
 
 def check_slow_requests(deadline_s: float = 2.0) -> list[str]:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
-import time
 import warnings
 
 import gymnasium as gym
 
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.registry import ENVIRONMENTS, env_for
+
+from env_fuzz import in_child  # a sibling script: benchmarks/ is on the path of each
 
 
 # -- the viewer's file loading (`ragen view`) ---------------------------------------------------------------
@@ -201,20 +201,11 @@ def fuzz_viewer(examples: int = 20, env_ids: list[str] | None = None, timeout: f
             if not missing_modules(entry):
                 first.setdefault(entry.package, entry.id)
         env_ids = [env_for("smoke"), *(i for i in first.values() if i != env_for("smoke"))]
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_view_child, args=(examples, env_ids, queue))
-    child.start()
-    deadline = time.monotonic() + timeout
-    while child.is_alive() and time.monotonic() < deadline and queue.empty():
-        child.join(0.2)
-    if not queue.empty():
-        result = queue.get()
-        child.join(10)
+    answered, result, exitcode = in_child(_view_child, (examples, env_ids), timeout)
+    if answered:
         return result
-    child.kill()
-    child.join()
-    return f"the viewer's fuzz died (exit {child.exitcode}) or ran past {timeout:.0f} s"
+    return f"the viewer's fuzz died (exit {exitcode})" if exitcode is not None else \
+        f"the viewer's fuzz gave no answer within {timeout:.0f} s"
 
 
 def main(argv=None) -> int:

@@ -11,6 +11,9 @@ import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
+import sys
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -18,6 +21,9 @@ from ragen_envs.remote.server import ServerConfig
 from ragen_envs.remote.server.app import Guard
 from tests.remote.test_server import LiveServer, app_client, error
 from conftest import DEFAULT, SMOKE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import server_fuzz  # noqa: E402
 
 
 @pytest.fixture
@@ -183,27 +189,6 @@ def test_a_client_that_sends_too_slowly_is_disconnected(log):
     assert sum("no whole request within" in r.getMessage() for r in log.records) == 3
 
 
-def trickle(sock: socket.socket, start: bytes, gap_s: float = 0.5, give_up_s: float = 20.0) -> bool:
-    """Send ``start``, then a byte every ``gap_s`` (each gap far inside the read deadline) until the server
-    closes the connection: True; False if it still reads after ``give_up_s``."""
-    sock.sendall(start)
-    sock.settimeout(gap_s)
-    end = time.monotonic() + give_up_s
-    while time.monotonic() < end:
-        try:
-            if sock.recv(1024) == b"":
-                return True
-        except socket.timeout:
-            pass
-        except ConnectionResetError:
-            return True
-        try:
-            sock.sendall(b"a")
-        except (BrokenPipeError, ConnectionResetError):
-            return True
-    return False
-
-
 def test_a_request_trickled_a_byte_at_a_time_is_cut_at_the_deadline(log):
     # Each gap (0.5 s) is within the 2 s deadline; the request as a whole is not: cut, not kept for 20 s.
     with LiveServer(ServerConfig(envs=[SMOKE], read_timeout_s=2.0)) as live:
@@ -212,7 +197,8 @@ def test_a_request_trickled_a_byte_at_a_time_is_cut_at_the_deadline(log):
         for start in (b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ",  # headers never ended
                       b"POST /v1/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\n\r\n"):  # body
             with socket.create_connection((host, int(port)), timeout=30) as slow:
-                assert trickle(slow, start), start
+                # a byte every 0.5 s, each gap far inside the read deadline
+                assert server_fuzz.trickle(slow, start, gap_s=0.5, give_up_s=20.0), start
         assert httpx.get(f"{live.url}/health", timeout=30).json()["status"] == "healthy"
     no_tracebacks(log)
 
