@@ -232,13 +232,13 @@ def organism_setup(args, script: str) -> tuple[str, str, Path]:
 def organism_config(args, env: str, out: Path, **fields):
     """The organism preset's TrainerConfig for a study's run into ``out/runs``: metrics only (no validation
     unless ``fields`` ask for it), with ``--iterations`` and ``--learning-rate`` (when given) over the
-    preset's, and ``fields``."""
+    preset's, and ``fields`` over all of these."""
     from trainers import TrainerConfig
 
-    fields = {"eval_steps": 0, **({"learning_rate": args.learning_rate} if args.learning_rate else {}), **fields}
-    return TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, output_dir=str(out / "runs"),
-                                     overwrite_output_dir=True, save_strategy="no", save_rollouts_steps=0,
-                                     plot=False, logging_steps=0, **fields)
+    fields = {"eval_steps": 0, "output_dir": str(out / "runs"), "overwrite_output_dir": True, "save_strategy": "no",
+              "save_rollouts_steps": 0, "plot": False, "logging_steps": 0,
+              **({"learning_rate": args.learning_rate} if args.learning_rate else {}), **fields}
+    return TrainerConfig.from_preset("organism", env, num_iterations=args.iterations, **fields)
 
 
 def warm_start_model() -> str:

@@ -8,6 +8,8 @@ input), ``--slip`` (reward from the dice rather than the prompt) and ``--learnin
 setting. Per iteration: Retrieval-Acc against its
 chance 1/P, MI-Est, the conditional entropy H(Z|X) of the reasoning, the token entropy and success.
 A run's record is written when it is done, so a stopped script resumes at the next run.
+``--diagnose-every K`` keeps each run's folder (``runs/<filter>``) for ``ragen diagnose``: a checkpoint
+every K iterations and the rollouts of the iterations those checkpoints sampled (1, K + 1, 2K + 1, ...).
 
     python benchmarks/template_collapse.py [--entropy-coef 0.05 --slip 0.5 --iterations 40 --learning-rate 1e-3]
 Outputs go to benchmarks/results/template_collapse/: curves.csv, collapse.png and a record per run.
@@ -39,16 +41,32 @@ def run(out: Path, model: str, env: str, name: str, args) -> dict:
     if done.is_file():
         return json.loads(done.read_text())
     bonus = {"entropy_coef": args.entropy_coef} if args.entropy_coef else {}
-    config = findings.organism_config(args, env, out, filter=name, **bonus)
+    saving = {}
+    if args.diagnose_every:  # every iteration's rollouts, pruned below to those a checkpoint sampled
+        saving = {"output_dir": str(out / "runs" / name), "save_strategy": "steps", "save_steps": args.diagnose_every,
+                  "save_rollouts_steps": 1}
+    config = findings.organism_config(args, env, out, filter=name, **bonus, **saving)
     kwargs = {**config.rollout.env_kwargs.get(env, {}), "slip": args.slip}
     config = replace(config, rollout=replace(config.rollout, env_kwargs={env: kwargs}))
     start = time.perf_counter()
     kept = {key for key, _ in CURVES} | {"iteration", "mi/retrieval_chance", "rollout/random_success"}
     history = [{k: v for k, v in h.items() if k in kept} for h in Trainer(model, env, config).train()]
+    if args.diagnose_every:
+        prune_rollouts(Path(config.output_dir), args.diagnose_every)
     record = {"filter": name, "wall_s": time.perf_counter() - start, "config": config.to_dict(),
               "commit": findings.commit(), "history": history}
     done.write_text(json.dumps(record) + "\n")
     return record
+
+
+def prune_rollouts(run: Path, every: int) -> None:
+    """Keep the rollouts of iterations 1, every + 1, 2 * every + 1, ...: those sampled by the initial model or
+    a saved checkpoint (iteration N samples with the weights of checkpoint-(N - 1))."""
+    from ragen_envs.agent.trajectory import iteration_of, saved_iterations
+
+    for path in saved_iterations(run):
+        if (iteration_of(path) - 1) % every:
+            path.unlink()
 
 
 def plot(out: Path, records: list[dict], args) -> None:
@@ -79,6 +97,8 @@ def main() -> None:
     p = findings.organism_parser(__doc__)
     p.add_argument("--entropy-coef", type=float, default=None, help="default: the preset's (RAGEN's 0.001)")
     p.add_argument("--slip", type=float, default=0.0)
+    p.add_argument("--diagnose-every", type=int, default=0, metavar="K",
+                   help="keep runs/<filter> with a checkpoint every K iterations and the rollouts they sampled")
     args = p.parse_args()
     env, model, out = findings.organism_setup(args, "template_collapse")
     records = [run(out, model, env, name, args) for name in FILTERS]

@@ -45,7 +45,6 @@ import numpy as np
 import torch
 
 from ragen_envs.agent.async_rollout import make_runner
-from ragen_envs.agent.backends.base import TokenPrompt
 from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.trajectory import rollout_metrics
 from ragen_envs.diagnose import mi
@@ -228,15 +227,9 @@ class Trainer(TrainerBase):
         rng = random.Random(cfg.rollout.seed * 1_000_003 + self.iteration)
         with gathered(self.scorer, self.sharded):
             return mi.diagnostics(self.policy, trajectories, cfg.mi_first_turn_pairs, cfg.mi_trajectory_pairs, rng,
-                                  self.mi_emas, self._through_think,
+                                  self.mi_emas, self.think_ids,
                                   progress=lambda scope, done, total: self._progress(
                                       f"MI scoring: {scope} column", done, total))
-
-    def _through_think(self, prompt: TokenPrompt) -> TokenPrompt:
-        """A first-turn prompt up to and including <think> (already there when the prompt prefills it)."""
-        ids = list(prompt)
-        return TokenPrompt(ids if ids[-len(self.think_ids):] == self.think_ids else ids + self.think_ids,
-                           prompt.images)
 
     def _stats(self, trajectories, layout: Layout, metrics: dict) -> list[dict | None]:
         """The no-grad pass over every micro-batch when the filter or the entropy metric needs it

@@ -21,7 +21,8 @@ def add_parser(sub):
     dg = sub("diagnose", help="score a run on disk for template collapse: diagnosis.json, a table, a plot")
     dg.add_argument("path", help="a run folder (rollouts/iteration-N.jsonl), a trajectory file or generic JSONL")
     dg.add_argument("--model", default=None, help="the scoring model: a path or hub id (default: the embedded "
-                    "SmolLM2-135M-Instruct); one model scores every step")
+                    "SmolLM2-135M-Instruct); one model scores every step. A run folder's steps are scored by "
+                    "the checkpoint saved before each, else by this (default: the run's starting model)")
     dg.add_argument("--scorer", default="transformers", choices=["transformers", "vllm", "openai"],
                     help="the backend that scores (openai: --model is the served name, --tokenizer needed)")
     dg.add_argument("--tokenizer", default=None, help="--scorer openai: the served model's tokenizer")
@@ -32,52 +33,71 @@ def add_parser(sub):
     dg.add_argument("--reasoning-pattern", default=None, metavar="REGEX",
                     help="generic JSONL with 'response': the regular expression of the reasoning (its first "
                          "group), instead of <think>...</think>")
-    dg.add_argument("--max-pairs", type=int, default=64, help="(prompt, reasoning) pairs scored per step (0: all)")
-    dg.add_argument("--seed", type=int, default=0, help="the seed of the pairs drawn")
+    dg.add_argument("--max-pairs", type=int, default=64,
+                    help="(prompt, reasoning) pairs scored per step (0: all; a run folder: its mi_first_turn_pairs)")
+    dg.add_argument("--seed", type=int, default=0,
+                    help="the seed of the pairs drawn (a run folder: the trainer's)")
     dg.set_defaults(func=cmd_diagnose)
     return dg
 
 
-def load_scorer(args):
-    """The scoring policy the flags name (the only place ``ragen diagnose`` loads a model)."""
+def load_scorer(args, model=None):
+    """The scoring policy the flags name for ``model`` (default ``--model``): the only place ``ragen diagnose``
+    loads a model."""
     from ragen_envs.agent.backends import PolicyConfig
 
-    return PolicyConfig(backend=args.scorer, model=args.model, tokenizer=args.tokenizer, base_url=args.base_url,
-                        device=args.device).make()
+    return PolicyConfig(backend=args.scorer, model=model or args.model, tokenizer=args.tokenizer,
+                        base_url=args.base_url, device=args.device).make()
 
 
 def cmd_diagnose(args) -> int:
     from ragen_envs.diagnose.offline import diagnose_records
     from ragen_envs.diagnose.readers import read_records, usable_steps
+    from ragen_envs.diagnose.runs import diagnose_run, plan, run_config
 
     kind, records = read_records(args.path, args.reasoning_pattern)  # every input error is raised here,
     usable_steps(records)                                              # before the model loads
     path = Path(args.path)
     out = Path(args.out) if args.out else path if path.is_dir() else path.parent
     out.mkdir(parents=True, exist_ok=True)
-    policy = load_scorer(args)
-    result = diagnose_records(policy, None, records, args.max_pairs, args.seed)
-    model = args.model or DEFAULT_MODEL_NAME
-    record = {"source": str(path), "format": kind, "scorer": args.scorer, "model": model,
-              "model_note": "one model scores every step (not each step's own checkpoint)", **result}
+    if kind == "run folder":  # each step by the checkpoint before it, the run's own model for the rest
+        steps = plan(path)
+        fallback = args.model or run_config(path).get("model")
+        if fallback is None and any(s.checkpoint is None for s in steps):
+            raise ValueError(f"{path}: iteration {steps[0].iteration} has no checkpoint before it and the run's "
+                             "config.json names no model: give --model, the model the run started from")
+        result = diagnose_run(path, lambda model: load_scorer(args, model), fallback)
+        model = "each step's checkpoint" + (f", else {fallback}" if fallback else "")
+        note = "each step scored by the newest checkpoint saved before it (scorer and scorer_lag per row), " \
+               "else by the run's starting model or --model"
+    else:
+        result = diagnose_records(load_scorer(args), None, records, args.max_pairs, args.seed)
+        model = args.model or DEFAULT_MODEL_NAME
+        note = "one model scores every step (not each step's own checkpoint)"
+    record = {"source": str(path), "format": kind, "scorer": args.scorer, "model": model, "model_note": note,
+              **result}
     (out / "diagnosis.json").write_text(json.dumps(record, indent=1, default=float))
     print_table(result["rows"])
     plot = draw(result["rows"], out / "diagnosis.png", f"{path.name}: scored by {model}")
-    print(f"{kind} {path}, scored by {model} ({args.scorer}) for every step")
+    print(f"{kind} {path}, scored by {model} ({args.scorer}): {note}")
     print(f"verdict: {result['verdict']}")
     print(f"written: {out / 'diagnosis.json'}, {plot}")
     return 0
 
 
 def print_table(rows: list[dict]) -> None:
-    """A line per step: the proxies, the reasoning length and the mean reward std, then the notes."""
+    """A line per step: the proxies, the reasoning length, a run folder's scorer lag (updates between the
+    scoring checkpoint and the sampling weights; - : the fallback model) and the mean reward std, then the
+    notes."""
     columns = [("step", "step"), ("episodes", "episodes"), ("Retr-Acc", "mi/retrieval_acc"),
                ("chance", "mi/retrieval_chance"), ("MI-Est", "mi/mi_est"), ("H(Z|X)", "mi/conditional_entropy"),
                ("ZScoreEMA", "mi_code/mi_zscore_ema"), ("len", "reasoning_length")]
+    if any("scorer_lag" in row for row in rows):  # a run folder's: how stale each step's scorer is
+        columns.append(("lag", "scorer_lag"))
     print("".join(f"{name:>10s}" for name, _ in columns) + "  reward-std  notes")
     for row in rows:
         cells = [f"{row[key]:10d}" if isinstance(row.get(key), int) else
-                 f"{row[key]:10.3f}" if key in row else f"{'-':>10s}" for _, key in columns]
+                 f"{row[key]:10.3f}" if isinstance(row.get(key), float) else f"{'-':>10s}" for _, key in columns]
         std = row.get("reward_std")
         std_text = f"{sum(std) / len(std):10.3f}" if std else f"{'-':>10s}"
         print("".join(cells) + f"  {std_text}  {'; '.join(row['notes'])}")

@@ -231,12 +231,19 @@ def trajectory_pairs(trajectories, draws: int, rng) -> list[tuple[list[int], lis
     return pairs
 
 
+def through_think(prompt: TokenPrompt, think_ids: list[int]) -> TokenPrompt:
+    """A first-turn prompt up to and including <think> (``think_ids``; already there when the prompt
+    prefilled it): the X under which its reasoning is scored."""
+    ids = list(prompt)
+    return TokenPrompt(ids if ids[-len(think_ids):] == think_ids else ids + think_ids, prompt.images)
+
+
 def diagnostics(policy, trajectories, first_pairs: int, trajectory_draws: int, rng, emas: dict,
-                through_think, progress=None) -> dict[str, float]:
+                think_ids: list[int], progress=None) -> dict[str, float]:
     """Both scopes' proxies of a batch, each in both families: ``mi/`` (the paper's formulas) and
     ``mi_code/`` (the released code's), ``mi_traj/`` and ``mi_traj_code/`` for the trajectory scope.
     ``emas``: scope name ("first", "first_code", "traj", "traj_code") -> ``MIZScoreEMA``;
-    ``through_think``: a first-turn prompt -> its ids up to and including <think>; ``progress(scope,
+    ``think_ids``: the tokens of <think> (``through_think``); ``progress(scope,
     done, total)``, if given, hears of each prompt column scored ("first turn", then "trajectory")."""
     def told(scope: str):
         return None if progress is None else lambda done, total: progress(scope, done, total)
@@ -251,7 +258,8 @@ def diagnostics(policy, trajectories, first_pairs: int, trajectory_draws: int, r
 
     by_group = first_turn_pairs(trajectories, first_pairs, rng)
     if len(by_group) > 1:
-        prompts = [through_think(TokenPrompt(turns[0].prompt_ids, turns[0].images)) for turns in by_group.values()]
+        prompts = [through_think(TokenPrompt(turns[0].prompt_ids, turns[0].images), think_ids)
+                   for turns in by_group.values()]
         reasonings = [[turn.reasoning_ids for turn in turns] for turns in by_group.values()]
         families("mi", "first", *cross_loglik(policy, prompts, reasonings, told("first turn")))
     pairs = trajectory_pairs(trajectories, trajectory_draws, rng)

@@ -91,10 +91,17 @@ class CollapseMonitor:
         out.update({f"mi_code/{k}": v for k, v in mi_metrics_code(loglik, lengths).items()})
         for prefix, ema in self.emas.items():
             out[f"{prefix}/mi_zscore_ema"] = ema.update(loglik, lengths)
-        out["warning"] = self._warn(out)
-        if out["warning"]:
-            self.events.append({"step": step, "warning": out["warning"]})
+        out["warning"] = self.observe(step, out)
         return out
+
+    def observe(self, step: int, metrics: dict) -> str | None:
+        """Apply the warning rule to metrics scored elsewhere (e.g. a trainer's logged ``mi/`` and
+        ``mi_code/`` proxies with their ``mi_zscore_ema``): returns the warning or None, and keeps it in
+        ``events``. ``update`` calls it; call it yourself only for batches ``update`` did not score."""
+        warning = self._warn(metrics)
+        if warning:
+            self.events.append({"step": step, "warning": warning})
+        return warning
 
     def state_dict(self) -> dict:
         """What the monitor has learnt of the run (the EMAs, the recent MI-ZScores, the first H(Z|X), the

@@ -43,7 +43,7 @@ def diagnose_records(policy, tokenizer, records: list[Record], max_pairs: int = 
         first_turn = min(r.turn for r in at_step)
         batch = [r for r in at_step if r.turn == first_turn]
         row = {"step": step, "episodes": len(batch), "groups": len({r.group for r in batch}), "notes": []}
-        row.update(_reward_row(batch))
+        row.update(reward_row([r.reward for r in batch], [r.group for r in batch]))
         reasonings = [r.reasoning for r in batch]
         lengths = [len(tokenizer(z, add_special_tokens=False)["input_ids"]) for z in reasonings if z]
         row["reasoning_length"] = sum(lengths) / len(lengths) if lengths else 0.0
@@ -84,13 +84,14 @@ def judge(rows: list[dict], entropy_band: float = 0.2) -> tuple[str, int | None]
     return NO_COLLAPSE, None
 
 
-def _reward_row(batch: list[Record]) -> dict:
-    """The reward statistics of a step's groups, or a note saying why there are none."""
-    sizes = Counter(r.group for r in batch)
-    if max(sizes.values()) < 2:
+def reward_row(returns: list[float], groups: list) -> dict:
+    """A step's reward statistics (``reward_stats``) and ``notes``: why there are none, when groups have one
+    sample or unequal sizes."""
+    sizes = Counter(groups)
+    if not sizes or max(sizes.values()) < 2:
         return {"notes": ["reward statistics skipped: every group has one sample"]}
     if len(set(sizes.values())) > 1:
         return {"notes": [f"reward statistics skipped: groups of unequal size ({sorted(set(sizes.values()))})"]}
-    stats = reward_stats([r.reward for r in batch], [r.group for r in batch])
+    stats = reward_stats(returns, groups)
     return {"reward_std": stats["reward_std"], "zero_variance_share": stats["zero_variance_share"],
             "rv_std_over_mean": stats["rv_std_over_mean"], "notes": []}
