@@ -19,13 +19,15 @@ PLOTTED = [("mi/mi_est", "MI-Est (nats/token)"), ("mi/conditional_entropy", "H(Z
 def add_parser(sub):
     """The ``diagnose`` subcommand (returned) with its flags, made by ``sub`` (``ragen``'s subparser maker)."""
     dg = sub("diagnose", help="score a run on disk for template collapse: diagnosis.json, a table, a plot")
-    dg.add_argument("path", help="a run folder (rollouts/iteration-N.jsonl), a trajectory file or generic JSONL")
+    dg.add_argument("path", help="a run folder (rollouts/iteration-N.jsonl), a trajectory file, generic JSONL, or a "
+                    "dump of RAGEN (its eval JSONL), verl (trainer.rollout_data_dir) or TRL (log_completions)")
     dg.add_argument("--model", default=None, help="the scoring model: a path or hub id (default: the embedded "
                     "SmolLM2-135M-Instruct); one model scores every step. A run folder's steps are scored by "
                     "the checkpoint saved before each, else by this (default: the run's starting model)")
     dg.add_argument("--scorer", default="transformers", choices=["transformers", "vllm", "openai"],
                     help="the backend that scores (openai: --model is the served name, --tokenizer needed)")
-    dg.add_argument("--tokenizer", default=None, help="--scorer openai: the served model's tokenizer")
+    dg.add_argument("--tokenizer", default=None, help="--scorer openai: the served model's tokenizer; also the chat "
+                    "template a RAGEN or TRL dump's conversations are rendered with (default: --model's)")
     dg.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="--scorer openai: the server's URL")
     dg.add_argument("--device", default=None, help="--scorer transformers: cpu, cuda, ...")
     dg.add_argument("--out", default=None, help="the folder for diagnosis.json and diagnosis.png (default: the "
@@ -50,13 +52,24 @@ def load_scorer(args, model=None):
                         base_url=args.base_url, device=args.device).make()
 
 
+def load_tokenizer(args):
+    """The scoring model's tokenizer alone (no weights): a dump's conversations are rendered with its chat
+    template before any model loads."""
+    from transformers import AutoTokenizer
+
+    from ragen_envs.agent.default_model import default_model_path
+
+    return AutoTokenizer.from_pretrained(args.tokenizer or args.model or default_model_path())
+
+
 def cmd_diagnose(args) -> int:
     from ragen_envs.diagnose.offline import diagnose_records
     from ragen_envs.diagnose.readers import read_records, usable_steps
     from ragen_envs.diagnose.runs import diagnose_run, plan, run_config
 
-    kind, records = read_records(args.path, args.reasoning_pattern)  # every input error is raised here,
-    usable_steps(records)                                              # before the model loads
+    # every input error is raised here, before the model loads
+    kind, records = read_records(args.path, args.reasoning_pattern, load_tokenizer=lambda: load_tokenizer(args))
+    usable_steps(records)
     path = Path(args.path)
     out = Path(args.out) if args.out else path if path.is_dir() else path.parent
     out.mkdir(parents=True, exist_ok=True)

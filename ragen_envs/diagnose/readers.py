@@ -1,6 +1,7 @@
 """Runs on disk as one flat list of ``Record``s, whatever wrote them, for ``ragen diagnose``.
 
-Two formats are read (``read_records`` tells them apart by the path and the first line):
+This project's two formats (``read_records`` tells them apart by the path and the first line; the dumps of
+RAGEN, verl and TRL have readers of their own, ``read_ragen``, ``read_verl``, ``read_trl``):
 
 - a run folder of this project's trainer: ``RUN/rollouts/iteration-N.jsonl`` (``save_rollouts_steps``),
   or one trajectory file (``ragen eval --save``, read as step 0). Each episode gives one record: its
@@ -24,6 +25,9 @@ from pathlib import Path
 from ragen_envs.diagnose.texts import read_reasoning
 
 GENERIC_FIELDS = ("prompt", "reward", "group", "step")  # and "reasoning" or "response"; "turn" is optional
+# readers of other frameworks' dumps (modules here), asked in this order: RAGEN's trainer validation dump
+# has verl's fields, so RAGEN's reader (which refuses it, saying why) comes first
+FOREIGN = ("read_ragen", "read_trl")
 
 
 @dataclass
@@ -39,20 +43,32 @@ class Record:
     prompt_ids: list[int] = field(default_factory=list)  # the prompt's token ids, when the run kept them
 
 
-def read_records(path: str | Path, pattern: str | None = None) -> tuple[str, list[Record]]:
-    """(the format's name, the records) of a run folder, a trajectory file or a generic JSONL file (see the
-    module docstring). ``pattern`` is ``read_reasoning``'s, for generic lines with a ``response``."""
+def read_records(path: str | Path, pattern: str | None = None, tokenizer=None,
+                 load_tokenizer=None) -> tuple[str, list[Record]]:
+    """(the format's name, the records) of a run folder, a trajectory file, a generic JSONL file, or another
+    framework's dump (``FOREIGN``: RAGEN's, verl's, TRL's; see each reader's module docstring). ``pattern``
+    is ``read_reasoning``'s, for replies. ``tokenizer`` renders a dump's conversations with its chat template
+    (RAGEN's, TRL's); ``load_tokenizer``, a function of no arguments, is called for one only when such a
+    dump is read without it."""
+    import importlib
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    if path.is_dir():
-        from ragen_envs.agent.trajectory import iteration_of, saved_iterations
+    from ragen_envs.agent.trajectory import iteration_of, saved_iterations
 
-        files = saved_iterations(path)
-        if not files:
-            raise ValueError(f"{path}: unknown format: a folder without rollouts/iteration-N.jsonl (a run folder "
-                             "needs the trainer's save_rollouts_steps)")
+    files = saved_iterations(path) if path.is_dir() else []
+    if files:
         return "run folder", [r for f in files for r in _run_records(f, iteration_of(f))]
+    for name in FOREIGN:
+        reader = importlib.import_module(f"ragen_envs.diagnose.{name}")
+        if reader.matches(path):
+            if tokenizer is None and load_tokenizer is not None and getattr(reader, "TEMPLATED", False):
+                tokenizer = load_tokenizer()
+            return reader.FORMAT, reader.read(path, pattern, tokenizer)
+    if path.is_dir():
+        raise ValueError(f"{path}: unknown format: a folder with neither rollouts/iteration-N.jsonl (a run folder "
+                         "needs the trainer's save_rollouts_steps) nor RAGEN's, verl's or TRL's dumps")
     first = _first_object(path)
     if "turns" in first and "messages" in first:
         return "trajectory file", _run_records(path, 0)

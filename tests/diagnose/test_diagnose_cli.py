@@ -107,3 +107,18 @@ def test_the_verdict_names_the_step_where_retrieval_fell_to_chance_while_entropy
     assert step == 10 and verdict.startswith("template collapse: Retrieval-Acc fell to within 2x chance at step 10")
     assert judge([row(0, 0.9, 2.0), row(10, 0.2, 3.0)]) == ("no collapse signature", None)  # H(Z|X) moved
     assert judge([row(0, 0.2, 2.0), row(10, 0.2, 2.0)])[0].startswith("no collapse signature: Retrieval-Acc was")
+
+
+def test_a_ragen_dump_is_diagnosed_and_a_pickle_refused_unopened(model_dir, tmp_path, capsys):
+    from tests.diagnose.test_read_ragen import WritesFile, write_dump
+
+    dump = tmp_path / "val_rollouts_20260101_000000.jsonl"
+    write_dump(dump, groups=3, size=2)
+    assert main(["diagnose", str(dump), "--model", model_dir, "--out", str(tmp_path / "diag")]) == 0
+    result = json.loads((tmp_path / "diag" / "diagnosis.json").read_text())
+    assert result["format"] == "RAGEN rollout dump" and result["rows"][0]["mi/retrieval_chance"] == pytest.approx(1 / 3)
+    import pickle
+
+    (tmp_path / "val_rollouts.pkl").write_bytes(pickle.dumps(WritesFile(tmp_path / "planted")))
+    assert main(["diagnose", str(tmp_path / "val_rollouts.pkl"), "--model", model_dir]) == 2
+    assert "convert_to_jsonl.py" in capsys.readouterr().err and not (tmp_path / "planted").exists()

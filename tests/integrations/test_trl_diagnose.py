@@ -161,3 +161,28 @@ def test_settings_the_filter_cannot_take_are_refused():
         FilteredGRPOTrainer(filter_loss_scaling="cubic")
     with pytest.raises(ValueError, match="reward metric"):
         FilteredGRPOTrainer(filtering=FilterConfig("top_p", 0.9, metric="entropy"))
+
+
+def test_trls_completions_table_is_read_back_and_diagnosed(tmp_path, model_path, tokenizer, tiny_policy):
+    from ragen_envs.diagnose import read_trl
+    from ragen_envs.diagnose.offline import diagnose_records
+
+    rollout = Scripted(tokenizer)
+    args = grpo_args(tmp_path, 2, log_completions=True)
+    GRPOTrainer(model=model_path, reward_funcs=[board_reward, constant_reward], args=args, train_dataset=prompts(),
+                rollout_func=rollout).train()
+    assert read_trl.matches(tmp_path / "out") and len(read_trl.files(tmp_path / "out")) == 2
+    with pytest.raises(ValueError, match="chat template is needed"):
+        read_trl.read(tmp_path / "out")
+    records = read_trl.read(tmp_path / "out", tokenizer=tokenizer)
+    assert sorted({r.step for r in records}) == [1, 2]
+    first = [r for r in records if r.step == 1]
+    assert [r.prompt for r in first] == rollout.batches[0][0]  # the text the model read, template re-applied
+    assert [r.reasoning for r in first] == rollout.batches[0][1]
+    board = [float("board 0" in r.reasoning and k % 2 == 0) for k, r in enumerate(first)]
+    assert [r.reward for r in first] == [b + 1.0 for b in board]  # the reward functions' sum
+    assert len({r.group for r in first}) == 2 and all(sum(r.group == g.group for g in first) == 2 for r in first)
+    result = diagnose_records(tiny_policy, tokenizer, records)
+    assert [row["step"] for row in result["rows"]] == [1, 2] and "mi/retrieval_acc" in result["rows"][0]
+    only = read_trl.read(tmp_path / "out", tokenizer=tokenizer, reward_columns=["board_reward"])
+    assert [r.reward for r in only if r.step == 1] == board
