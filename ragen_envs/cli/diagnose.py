@@ -35,6 +35,9 @@ def add_parser(sub):
     dg.add_argument("--reasoning-pattern", default=None, metavar="REGEX",
                     help="generic JSONL with 'response': the regular expression of the reasoning (its first "
                          "group), instead of <think>...</think>")
+    dg.add_argument("--reward", default=None, metavar="FIELD",
+                    help="a dump's reward field: RAGEN's metadata key (default total_reward, which RAGEN leaves 0.0: "
+                         "e.g. CoordSokoban/success), TRL's reward columns (comma-separated; default all numeric)")
     dg.add_argument("--max-pairs", type=int, default=64,
                     help="(prompt, reasoning) pairs scored per step (0: all; a run folder: its mi_first_turn_pairs)")
     dg.add_argument("--seed", type=int, default=0,
@@ -68,7 +71,8 @@ def cmd_diagnose(args) -> int:
     from ragen_envs.diagnose.runs import diagnose_run, plan, run_config
 
     # every input error is raised here, before the model loads
-    kind, records = read_records(args.path, args.reasoning_pattern, load_tokenizer=lambda: load_tokenizer(args))
+    kind, records = read_records(args.path, args.reasoning_pattern, load_tokenizer=lambda: load_tokenizer(args),
+                                 reward=args.reward)
     usable_steps(records)
     path = Path(args.path)
     out = Path(args.out) if args.out else path if path.is_dir() else path.parent

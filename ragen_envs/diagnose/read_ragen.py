@@ -46,10 +46,10 @@ How a line becomes records:
   default system message; the replies were decoded with the special tokens dropped. Within a group the
   prompts are alike and between groups they differ by the env's state, which is what the MI proxies
   compare.
-- The reward is the trajectory's ``metadata[reward_key]``, ``total_reward`` by default, for every turn.
+- The reward is the trajectory's ``metadata[reward]``, ``total_reward`` by default, for every turn.
   At commit 20daedc RAGEN writes 0.0 there whatever the return (its sum over a torch tensor fails and the
   error is swallowed) and ``success`` is always false (its metrics are named ``<env tag>/success``):
-  ``read`` warns when every ``total_reward`` is 0.0; ``reward_key="<env tag>/success"`` (e.g.
+  ``read`` warns when every ``total_reward`` is 0.0; ``reward="<env tag>/success"`` (e.g.
   ``CoordSokoban/success``) reads the success instead.
 - The group is ``metadata["group_id"]``. The step is 0 for a file; for a folder, each RAGEN JSONL in it
   is one step, in file-name order (RAGEN's timestamped names sort by time).
@@ -99,10 +99,10 @@ def refuse_pickle(path: str | Path) -> None:
 
 
 def read(path: str | Path, pattern: str | None = None, tokenizer=None,
-         reward_key: str = "total_reward") -> list[Record]:
+         reward: str = "total_reward") -> list[Record]:
     """The records of a RAGEN eval JSONL file, or of a folder of them (one step a file), as the module
     docstring says. ``pattern`` is ``read_reasoning``'s; ``tokenizer``, if given, renders each prompt with
-    its chat template; ``reward_key`` names the metadata number used as the reward."""
+    its chat template; ``reward`` names the metadata number used as the reward."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
@@ -125,10 +125,11 @@ def read(path: str | Path, pattern: str | None = None, tokenizer=None,
         with f.open(encoding="utf-8") as lines:
             for number, line in enumerate(lines, start=1):
                 if line.strip():
-                    records += _trajectory(line, step, pattern, tokenizer, reward_key, f"{f}: line {number}")
-    if reward_key == "total_reward" and records and all(r.reward == 0.0 for r in records):
+                    records += _trajectory(line, step, pattern, tokenizer, reward, f"{f}: line {number}")
+    if reward == "total_reward" and records and all(r.reward == 0.0 for r in records):
         warnings.warn(f"{path}: every trajectory's total_reward is 0.0, as RAGEN (at 20daedc) writes it whatever "
-                      "the return; reward statistics would be meaningless: pass reward_key='<env tag>/success'",
+                      "the return; reward statistics would be meaningless: pass reward='<env tag>/success' "
+                      "(ragen diagnose --reward)",
                       stacklevel=2)
     return records
 
@@ -166,7 +167,7 @@ def _kind(path: Path) -> str | None:
     return None
 
 
-def _trajectory(line: str, step: int, pattern: str | None, tokenizer, reward_key: str, where: str) -> list[Record]:
+def _trajectory(line: str, step: int, pattern: str | None, tokenizer, reward: str, where: str) -> list[Record]:
     try:
         data = json.loads(line)
     except json.JSONDecodeError:
@@ -180,15 +181,15 @@ def _trajectory(line: str, step: int, pattern: str | None, tokenizer, reward_key
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
                for m in messages):
         raise ValueError(f"{where}: every message must have a text 'role' and 'content'")
-    group, reward = meta.get("group_id"), meta.get(reward_key)
+    group, value = meta.get("group_id"), meta.get(reward)
     if not isinstance(group, int) or isinstance(group, bool):
         raise ValueError(f"{where}: metadata 'group_id' must be an integer (RAGEN's env group)")
-    if not isinstance(reward, (int, float)) or isinstance(reward, bool):
-        raise ValueError(f"{where}: metadata '{reward_key}' must be a number (the reward); it is {reward!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"{where}: metadata '{reward}' must be a number (the reward); it is {value!r}")
     messages = [{"role": m["role"], "content": m["content"]} for m in messages]
     replies = [n for n, m in enumerate(messages) if m["role"] == "assistant"]
     return [Record(step, turn, _prompt(messages[:n], tokenizer), read_reasoning(messages[n]["content"], pattern),
-                   float(reward), group)
+                   float(value), group)
             for turn, n in enumerate(replies)]
 
 

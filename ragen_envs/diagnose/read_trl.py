@@ -15,7 +15,7 @@ reward function (named after it), any extra columns reward functions logged, and
   ``pattern``; ``prefilled`` when the prompt opened the block.
 - The reward is the sum of the reward columns: by default every numeric column but ``step`` and
   ``advantage`` (TRL's default weights are 1; NaN, a function's "not applicable", counts 0); name them
-  with ``reward_columns`` when extra columns are numbers too or the weights differ.
+  with ``reward`` (comma-separated) when extra columns are numbers too or the weights differ.
 - TRL keeps no group id: the group of a row is its prompt within its step (GRPOTrainer samples
   ``num_generations`` completions of each prompt).
 
@@ -52,7 +52,7 @@ def matches(path: str | Path) -> bool:
     return bool(files(path))
 
 
-def read(path: str | Path, pattern: str | None = None, tokenizer=None, reward_columns: list[str] | None = None,
+def read(path: str | Path, pattern: str | None = None, tokenizer=None, reward: str | None = None,
          prefilled: bool = False) -> list[Record]:
     """The records of every completions file under ``path`` (see the module docstring)."""
     try:
@@ -67,7 +67,8 @@ def read(path: str | Path, pattern: str | None = None, tokenizer=None, reward_co
         except Exception as error:  # a broken or foreign parquet file: say which
             raise ValueError(f"{file}: not readable as TRL's completions table ({str(error).splitlines()[0]})") \
                 from None
-        records += _records(file, table, pattern, tokenizer, reward_columns, prefilled)
+        columns = [c.strip() for c in reward.split(",")] if reward else None
+        records += _records(file, table, pattern, tokenizer, columns, prefilled)
     return records
 
 

@@ -27,7 +27,7 @@ from ragen_envs.diagnose.texts import read_reasoning
 GENERIC_FIELDS = ("prompt", "reward", "group", "step")  # and "reasoning" or "response"; "turn" is optional
 # readers of other frameworks' dumps (modules here), asked in this order: RAGEN's trainer validation dump
 # has verl's fields, so RAGEN's reader (which refuses it, saying why) comes first
-FOREIGN = ("read_ragen", "read_trl")
+FOREIGN = ("read_ragen", "read_verl", "read_trl")
 
 
 @dataclass
@@ -43,14 +43,16 @@ class Record:
     prompt_ids: list[int] = field(default_factory=list)  # the prompt's token ids, when the run kept them
 
 
-def read_records(path: str | Path, pattern: str | None = None, tokenizer=None,
-                 load_tokenizer=None) -> tuple[str, list[Record]]:
+def read_records(path: str | Path, pattern: str | None = None, tokenizer=None, load_tokenizer=None,
+                 reward: str | None = None) -> tuple[str, list[Record]]:
     """(the format's name, the records) of a run folder, a trajectory file, a generic JSONL file, or another
     framework's dump (``FOREIGN``: RAGEN's, verl's, TRL's; see each reader's module docstring). ``pattern``
     is ``read_reasoning``'s, for replies. ``tokenizer`` renders a dump's conversations with its chat template
     (RAGEN's, TRL's); ``load_tokenizer``, a function of no arguments, is called for one only when such a
-    dump is read without it."""
+    dump is read without it. ``reward`` names a dump's reward field where it has several (RAGEN: a metadata
+    key; TRL: reward columns, comma-separated)."""
     import importlib
+    import inspect
 
     path = Path(path)
     if not path.exists():
@@ -65,7 +67,9 @@ def read_records(path: str | Path, pattern: str | None = None, tokenizer=None,
         if reader.matches(path):
             if tokenizer is None and load_tokenizer is not None and getattr(reader, "TEMPLATED", False):
                 tokenizer = load_tokenizer()
-            return reader.FORMAT, reader.read(path, pattern, tokenizer)
+            if reward and "reward" not in inspect.signature(reader.read).parameters:
+                raise ValueError(f"{path}: a {reader.FORMAT} has one reward per sample: no reward field to choose")
+            return reader.FORMAT, reader.read(path, pattern, tokenizer, **({"reward": reward} if reward else {}))
     if path.is_dir():
         raise ValueError(f"{path}: unknown format: a folder with neither rollouts/iteration-N.jsonl (a run folder "
                          "needs the trainer's save_rollouts_steps) nor RAGEN's, verl's or TRL's dumps")

@@ -139,12 +139,12 @@ def test_a_pattern_replaces_the_think_tags(tmp_path):
     assert {r.reasoning for r in read_ragen.read(source, pattern=r"<answer>(.*?)</answer>")} == {"Up"}
 
 
-def test_all_zero_total_rewards_warn_and_reward_key_reads_the_success(tmp_path):
+def test_all_zero_total_rewards_warn_and_reward_reads_the_success(tmp_path):
     source = tmp_path / "dump.jsonl"
     write_dump(source, groups=2, size=2, turns=1, zero_rewards=True)
     with pytest.warns(UserWarning, match="total_reward is 0.0"):
         read_ragen.read(source)
-    records = read_ragen.read(source, reward_key=f"{TAG}/success")
+    records = read_ragen.read(source, reward=f"{TAG}/success")
     assert [r.reward for r in records] == [1.0, 0.0, 1.0, 0.0]
 
 

@@ -184,5 +184,5 @@ def test_trls_completions_table_is_read_back_and_diagnosed(tmp_path, model_path,
     assert len({r.group for r in first}) == 2 and all(sum(r.group == g.group for g in first) == 2 for r in first)
     result = diagnose_records(tiny_policy, tokenizer, records)
     assert [row["step"] for row in result["rows"]] == [1, 2] and "mi/retrieval_acc" in result["rows"][0]
-    only = read_trl.read(tmp_path / "out", tokenizer=tokenizer, reward_columns=["board_reward"])
+    only = read_trl.read(tmp_path / "out", tokenizer=tokenizer, reward="board_reward")
     assert [r.reward for r in only if r.step == 1] == board
