@@ -30,6 +30,7 @@ _HOME = {
     "Record": "readers",
     "read_records": "readers",
     "usable_steps": "readers",
+    "RolloutLog": "log",
     "diagnose_records": "offline",
     "judge": "offline",
 }

@@ -131,11 +131,12 @@ def _generic_records(path: Path, pattern: str | None) -> list[Record]:
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             if line.strip():
-                out.append(_generic_record(line, pattern, f"{path}: line {number}"))
+                out.append(generic_record(line, pattern, f"{path}: line {number}"))
     return out
 
 
-def _generic_record(line: str, pattern: str | None, where: str) -> Record:
+def generic_record(line: str, pattern: str | None, where: str) -> Record:
+    """One generic JSONL line as a Record; a ValueError naming ``where`` for anything wrong with it."""
     data = _object(line)
     if data is None:
         raise ValueError(f"{where} is not a JSON object")
