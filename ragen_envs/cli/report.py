@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import os
 import re
 from collections import Counter, defaultdict
@@ -348,6 +349,51 @@ def run_header(run: Path, path: Path, saved: list[Path]) -> str:
             f"<p id=iterations>iteration: {' '.join(pages)}</p>")
 
 
+DIAGNOSIS = "diagnosis.json"  # what `ragen diagnose` writes beside a run or file
+MAX_DIAGNOSIS_BYTES = 64 << 20  # a bigger diagnosis.json is not ours: not read
+DIAGNOSIS_COLUMNS = (("Retrieval-Acc", "mi/retrieval_acc"), ("chance", "mi/retrieval_chance"), ("MI-Est", "mi/mi_est"),
+                     ("H(Z|X)", "mi/conditional_entropy"), ("scorer lag", "scorer_lag"))
+
+
+def diagnosis_section(folder: Path, source: Path, step: int | None = None) -> str:
+    """The template-collapse diagnosis of ``source`` (a run folder or trajectory file), when ``ragen diagnose``
+    left one in ``folder`` (its diagnosis.json names ``source``): the verdict, the scorer, a row per step
+    (``step``'s row marked) and a link to diagnosis.png. The file is data from disk: checked, escaped, and
+    said to be unreadable rather than trusted."""
+    e = html.escape
+    path = folder / DIAGNOSIS
+    if not path.is_file():
+        return ""
+    title = "<h2 id=diagnosis>Template-collapse diagnosis</h2>"
+    try:
+        if path.stat().st_size > MAX_DIAGNOSIS_BYTES:
+            raise ValueError(f"over {MAX_DIAGNOSIS_BYTES >> 20} MiB")
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
+            raise ValueError("not a diagnosis (no rows)")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        return f"{title}<p>{e(DIAGNOSIS)} is not readable: {e(str(error).splitlines()[0] if str(error) else '')}</p>"
+    if Path(str(record.get("source", ""))).name != source.name:
+        return ""  # a diagnosis of another file in the same folder
+
+    def cell(value) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "-" if value is None else e(str(value))
+        return str(value) if isinstance(value, int) else f"{value:.3f}"
+
+    head = "".join(f"<th>{e(name)}</th>" for name, _ in (("step", ""), *DIAGNOSIS_COLUMNS, ("warning", "")))
+    rows = []
+    for row in (r for r in record["rows"] if isinstance(r, dict)):
+        mark = ' class="repeat"' if step is not None and row.get("step") == step else ""
+        cells = [cell(row.get("step")), *(cell(row.get(key)) for _, key in DIAGNOSIS_COLUMNS),
+                 e(str(row.get("warning") or ""))]
+        rows.append(f"<tr{mark}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    plot = ' &middot; <a href="diagnosis.png">plot</a>' if (folder / "diagnosis.png").is_file() else ""
+    return (f"{title}<p id=verdict><b>{e(str(record.get('verdict', '')))}</b></p>"
+            f"<p>scored by {e(str(record.get('model', '?')))}: {e(str(record.get('model_note', '')))}{plot}</p>"
+            f"<table id=diagnosis-steps><tr>{head}</tr>{''.join(rows)}</table>")
+
+
 def page_name(iteration: int) -> str:
     return f"report-iteration-{iteration}.html"
 
@@ -356,7 +402,8 @@ def write_report(source: str | Path, out: str | Path | None = None, iteration: i
                  images: bool = True, env_kwargs: dict | None = None, trust_env_kwargs: bool = False) -> Path:
     """The HTML report of a trajectory file or run folder; default: beside it (``NAME.html`` for
     ``NAME.jsonl``). A run folder gets a page per saved iteration (``report-iteration-N.html``), each
-    linking to the others, and ``report.html``: the latest (or ``iteration``'s) page. Boards are replayed
+    linking to the others, and ``report.html``: the latest (or ``iteration``'s) page; each shows the diagnosis
+    ``ragen diagnose`` left beside the source (``diagnosis_section``). Boards are replayed
     with the catalogue's env arguments, then the file's own with ``trust_env_kwargs``, then ``env_kwargs``
     (flat, or keyed by env id)."""
     source = Path(source)
@@ -368,12 +415,12 @@ def write_report(source: str | Path, out: str | Path | None = None, iteration: i
 
     if not source.is_dir():
         out = Path(out) if out else path.with_suffix(".html")
-        write_page(out, page(load(path), path.name))
+        write_page(out, page(load(path), path.name, diagnosis_section(path.parent, path)))
         return out
     saved = saved_iterations(source)
     for each in saved:
         text = page(load(each), f"{source.resolve().name}: iteration {iteration_of(each)}",
-                    run_header(source, each, saved))
+                    run_header(source, each, saved) + diagnosis_section(source, source, iteration_of(each)))
         write_page(source / page_name(iteration_of(each)), text)
     out = Path(out) if out else source / "report.html"
     write_page(out, (source / page_name(iteration_of(path))).read_text(encoding="utf-8"))

@@ -73,6 +73,27 @@ def test_a_run_folder_gives_a_row_per_iteration(scripted, model_dir, tmp_path):
     assert result["format"] == "run folder" and [row["step"] for row in result["rows"]] == [0, 2]
     assert all("mi/mi_est" in row and row["episodes"] == len(trajs) for row in result["rows"])
     assert (run / "diagnosis.png").is_file()
+    from ragen_envs.cli.report import write_report
+
+    page = write_report(run).read_text()  # ragen view: the diagnosis beside the episodes
+    assert "Template-collapse diagnosis" in page and result["verdict"].split(":")[0] in page
+    assert page.count("<tr class=\"repeat\"><td>2</td>") == 1 and 'href="diagnosis.png"' in page
+
+
+def test_the_reports_diagnosis_section_treats_the_file_as_data(tmp_path):
+    from ragen_envs.cli.report import diagnosis_section
+
+    source = tmp_path / "run"
+    (tmp_path / "diagnosis.json").write_text(json.dumps({
+        "source": "elsewhere/run", "verdict": "<script>alert(1)</script>", "model": "<b>m</b>",
+        "rows": [{"step": "<img src=x>", "mi/retrieval_acc": "high", "warning": "<i>w</i>"}, "not a row"]}))
+    section = diagnosis_section(tmp_path, source)
+    assert "<script>" not in section and "&lt;script&gt;" in section and "<img" not in section
+    assert "<i>w</i>" not in section and "high" in section
+    (tmp_path / "diagnosis.json").write_text(json.dumps({"source": "other.jsonl", "rows": []}))
+    assert diagnosis_section(tmp_path, source) == ""  # another file's diagnosis
+    (tmp_path / "diagnosis.json").write_text("{broken")
+    assert "is not readable" in diagnosis_section(tmp_path, source)
 
 
 @pytest.mark.parametrize("case", ["unknown format", "no groups", "missing file", "every step unusable",
