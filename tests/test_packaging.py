@@ -26,6 +26,13 @@ def test_the_gpu_extra_is_the_llm_extra_without_the_cpu_torch_pin_plus_vllm_and_
     assert gpu["vllm"] == names("vllm")["vllm"] and gpu["tensorboard"] == names("tensorboard")["tensorboard"]
 
 
+def test_the_diagnose_extra_leaves_torch_to_the_users_machine():
+    diagnose, llm = names("diagnose"), names("llm")
+    assert "torch" not in diagnose  # a training machine's own torch (CUDA or not) scores; no CPU pin over it
+    assert {k: v for k, v in diagnose.items() if k in llm} == {k: llm[k] for k in diagnose if k in llm}
+    assert {"pandas", "pyarrow"} <= set(diagnose)  # TRL's completions tables are parquet
+
+
 def test_the_license_is_an_spdx_string_and_the_metadata_builds_without_warnings(tmp_path):
     assert PROJECT["license"] == "MIT"
     script = ("import warnings; warnings.simplefilter('error'); from setuptools import build_meta; "
