@@ -152,7 +152,7 @@ class TrainerBase:
         if self.value_head is not None:
             critic = [p for p in [*self.value_head.parameters(),
                                   *(self.critic_trunk.parameters() if self.critic_trunk else [])] if p.requires_grad]
-            groups.append({"params": critic, "lr": cfg.critic_learning_rate})
+            groups.append({"params": critic, "lr": cfg.critic_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         # Each scope and family smooths its own sigma.
         self.mi_emas = {name: mi.MIZScoreEMA(variant="code" if name.endswith("_code") else "paper")

@@ -9,9 +9,10 @@ from typing import Literal
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
-from ragen_envs.diagnose.filtering import LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
+from ragen_envs.diagnose.filtering import CONTROLS, LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
 from ragen_envs.registry import ENVIRONMENTS
 
+CRITIC_LR_RATIO = 10.0  # RAGEN's critic learning rate over the actor's (config/base.yaml: 1e-5 and 1e-6)
 # The option sets live here, not beside their torch code, so the CLI builds its parser without torch.
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
 LOSS_TYPES = ("grpo", "dapo", "bnpo", "dr_grpo", "seq_sum")  # loss aggregations of trainers.algorithms.aggregate
@@ -61,8 +62,9 @@ class TrainerConfig:
 
     # -- optimisation ------------------------------------------------------------------------
     learning_rate: float = bounded(1e-6, above=0)  # policy learning rate (AdamW)
-    # critic learning rate (value head, and its trunk when separate)
-    critic_learning_rate: float = bounded(1e-5, above=0)
+    # critic learning rate (value head, and its trunk when separate); None: CRITIC_LR_RATIO x learning_rate,
+    # RAGEN's ratio (critic 1e-5 over actor 1e-6), so a preset or flag that raises the actor's rate raises it too
+    critic_learning_rate: float | None = bounded(None, above=0)
     weight_decay: float = bounded(0.0, min=0)  # AdamW weight decay
     max_grad_norm: float = bounded(1.0, above=0)  # gradient clipping
     # train only the top: the embeddings and this many bottom decoder layers stay frozen (0: train all).
@@ -146,6 +148,9 @@ class TrainerConfig:
     # prompt: rank the groups (the paper's filter); trajectory: keep every group and rank the trajectories
     # inside each by |R - mean| (std) or (R - mean)^2 (variance), the paper's counter-example
     filter_level: Literal[LEVELS] = "prompt"
+    # random: train on as many groups as the rule keeps, drawn at random from the batch (a filter
+    # contrast's control arm: same number of groups and update steps, random groups)
+    filter_control: Literal[CONTROLS] = "none"
     # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
     filter_empty_stop: int = bounded(5, min=0)
 
@@ -278,13 +283,21 @@ class TrainerConfig:
                              "the pair too): use_turn_scores needs reward_normalization_method='identity'")
 
     @property
+    def critic_lr(self) -> float:
+        """The critic's learning rate: ``critic_learning_rate``, else CRITIC_LR_RATIO x ``learning_rate``."""
+        if self.critic_learning_rate is not None:
+            return self.critic_learning_rate
+        return float(f"{CRITIC_LR_RATIO * self.learning_rate:.12g}")  # 1e-05, not 9.999999999999999e-06
+
+    @property
     def filtering(self) -> FilterConfig:
         """The filter's settings as one object, what the trainer passes to the selection rules (and what
         ``ragen_envs.diagnose.rewards.filter_preview`` takes). Built from the flat ``filter*`` fields, which
         stay the ones to set; ``filter_empty_stop`` and ``filter_loss_scaling`` act on the run, not on what
         the filter keeps, so they are not part of it."""
         return FilterConfig(self.filter, self.filter_value, self.filter_prob_mode, self.filter_metric,
-                            self.filter_order, self.include_zero, self.filter_level, self.filter_skip)
+                            self.filter_order, self.include_zero, self.filter_level, self.filter_skip,
+                            self.filter_control)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -270,7 +270,8 @@ class Trainer(TrainerBase):
             returns = all_returns[self.rank * groups:(self.rank + 1) * groups]
             scores = scores_for(filtering.metric, returns, trajectories, layout, stats)
             scores = all_gather_rows(scores[:, None], self.world)[:, 0]
-            kept = select(scores, filtering)
+            # a random control's draw: alike on every rank, its own per iteration
+            kept = select(scores, filtering, rng=np.random.default_rng([cfg.rollout.seed, self.iteration, 1]))
         metrics.update(filter_stats(all_returns, kept))
         metrics["filter/kept_trajectory_ratio"] = metrics["filter/kept_ratio"] if keep is None else float(keep.mean())
         if not training:

@@ -24,6 +24,10 @@ Selection (``select``), over the groups left after ``include_zero=False`` drops 
 - ``min_p``: groups with score >= rho * the best score (``order="smallest"``: <= the lowest / rho).
 - ``none``: every remaining group (DAPO's dynamic sampling is ``none`` with ``include_zero=False``).
 ``order="smallest"`` ranks the lowest scores first (the reference's ablation). Ties keep the lower index.
+``control="random"`` is the control arm of a filter contrast: the rule picks its groups as above, then as
+many groups are drawn uniformly at random from the whole batch instead (``rng``, a numpy Generator). It
+keeps the number of groups, and so the number of update steps, while making which groups random: with it
+"these groups" and "fewer updates" can be told apart.
 ``skip`` (top_k, top_k_abs): pass over the first ``int(skip * P)`` ranked groups before keeping, so
 ``top_k`` 0.25 with skip 0.5 keeps the third quartile (the paper's stress test: one quartile only).
 
@@ -38,7 +42,7 @@ or one by one, ``select_groups(returns, "top_k", 0.25)``; not both at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -47,6 +51,7 @@ STRATEGIES = ("none", "top_p", "top_k", "top_k_abs", "min_p")
 PROB_MODES = ("linear", "softmax")
 ORDERS = ("largest", "smallest")
 LEVELS = ("prompt", "trajectory")
+CONTROLS = ("none", "random")
 REWARD_METRICS = ("std", "variance", "mean", "sum")
 METRICS = REWARD_METRICS + ("entropy", "entropy_std", "length")
 SELECTION_EPS = 0.01  # the reference's absolute tolerance on the linear top-p threshold
@@ -76,10 +81,16 @@ class FilterConfig:
     # top_k / top_k_abs: pass over this share of the ranked groups first (top_k 0.25 with skip 0.5 keeps
     # the third quartile only: the paper's quartile stress test)
     skip: float = 0.0
+    # random: keep as many groups as the rule keeps, drawn at random from the batch (the control arm)
+    control: Literal[CONTROLS] = "none"
 
     def __post_init__(self):
         check(self.strategy, self.value, self.prob_mode, self.order, self.skip)
         check_level(self.level, self.metric)
+        if self.control not in CONTROLS:
+            raise ValueError(f"filter control must be one of {CONTROLS}, got {self.control!r}")
+        if self.control == "random" and self.level != "prompt":
+            raise ValueError("the random control draws prompt groups: it needs level 'prompt'")
 
 
 def reward_variance(returns, metric: str = "variance") -> np.ndarray:
@@ -107,10 +118,16 @@ def per_group(values, groups: int, how: str) -> np.ndarray:
 
 def select(scores, strategy: str | FilterConfig = "top_p", value: float = 0.9, prob_mode: str = "linear",
            order: str = "largest", include_zero: bool = True, eps: float = SELECTION_EPS,
-           skip: float = 0.0) -> np.ndarray:
+           skip: float = 0.0, rng: np.random.Generator | None = None) -> np.ndarray:
     """Sorted indices of the kept groups, from one score per group; empty when nothing is kept.
-    ``strategy``: the rule's name, or a whole ``FilterConfig`` (its metric and level are not used here)."""
+    ``strategy``: the rule's name, or a whole ``FilterConfig`` (its metric and level are not used here).
+    ``rng``: the draw of a ``control="random"`` config (required there, unused otherwise)."""
     f = _settings(strategy, value=value, prob_mode=prob_mode, order=order, include_zero=include_zero, skip=skip)
+    if f.control == "random":
+        if rng is None:
+            raise ValueError("the random control draws its groups: pass rng (a numpy Generator)")
+        count = len(select(scores, replace(f, control="none"), eps=eps))
+        return np.sort(rng.choice(len(scores), size=count, replace=False)).astype(int)
     scores = np.asarray(scores, dtype=float)
     indices = np.arange(len(scores))
     if not f.include_zero:
@@ -203,12 +220,13 @@ def check_level(level: str, metric: str) -> None:
 
 def select_groups(returns, strategy: str | FilterConfig = "top_p", value: float = 0.9, metric: str = "std",
                   include_zero: bool = True, prob_mode: str = "linear", order: str = "largest",
-                  skip: float = 0.0) -> np.ndarray:
+                  skip: float = 0.0, rng: np.random.Generator | None = None) -> np.ndarray:
     """``select`` on the ``group_scores`` of a P x G array of returns (the prompt-level filter).
-    ``strategy``: the rule's name, or a whole ``FilterConfig`` (a reward metric; its level is not used)."""
+    ``strategy``: the rule's name, or a whole ``FilterConfig`` (a reward metric; its level is not used);
+    ``rng``: the random control's draw."""
     f = _settings(strategy, value=value, metric=metric, include_zero=include_zero, prob_mode=prob_mode,
                   order=order, skip=skip)
-    return select(group_scores(returns, f.metric), f)
+    return select(group_scores(returns, f.metric), f, rng=rng)
 
 
 def rv_spread(returns) -> dict[str, float]:

@@ -97,7 +97,7 @@ def filter_preview(returns, group_ids,
         if rule.level != "prompt":
             raise ValueError(f"filter_preview previews the prompt-level filter (which groups are kept); "
                              f"got level {rule.level!r}")
-        kept = select_groups(table, rule)
+        kept = select_groups(table, rule, rng=np.random.default_rng(0))  # one draw of a random control
         rows.append({"rule": _label(rule), "filtering": rule, "kept": [ids[i] for i in kept],
                      "kept_share": len(kept) / len(ids),
                      "rv_share": float(rv[kept].sum() / rv.sum()) if rv.sum() > 0 else 0.0})

@@ -154,6 +154,7 @@ class FilteredGRPOTrainer(GRPOTrainer):
         self.filter_loss_scaling = filter_loss_scaling
         self._rewards_per_func = None
         super().__init__(*args, **kwargs)
+        self._filter_rng = np.random.default_rng(self.args.seed)  # a random control's draws, alike on every rank
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -166,7 +167,7 @@ class FilteredGRPOTrainer(GRPOTrainer):
         weights = self.reward_weights.to(self._rewards_per_func.device)
         rewards = torch.nan_to_num((self._rewards_per_func * weights).nansum(dim=1), nan=0.0)
         returns = rewards.view(-1, self.num_generations).cpu().numpy().astype(float)  # P x G, every process
-        kept = np.asarray(select_groups(returns, self.filtering), dtype=int)
+        kept = np.asarray(select_groups(returns, self.filtering, rng=self._filter_rng), dtype=int)
         keep = np.zeros(len(returns), dtype=bool)
         keep[kept] = True
         rows = len(output["completion_mask"])

@@ -68,7 +68,7 @@ PAIR_KEYS = ("mi_group", "mi_sample", "mi_prompt")
 
 
 def filter_groups(batch: DataProto, config: FilterConfig = FilterConfig("top_p", 0.9),
-                  reward_key: str = "token_level_scores") -> tuple[DataProto, dict]:
+                  reward_key: str = "token_level_scores", rng=None) -> tuple[DataProto, dict]:
     """(the rows of the kept groups in their order, statistics): RAGEN-2's reward-variance filter.
 
     Groups are the rows sharing ``batch.non_tensor_batch["uid"]``, in any order (``balance_batch`` may
@@ -79,7 +79,8 @@ def filter_groups(batch: DataProto, config: FilterConfig = FilterConfig("top_p",
     the kept rows. The statistics: ``filter/kept_groups``, ``filter/kept_ratio`` (of the groups),
     ``filter/zero_variance_groups`` and ``filter/zero_variance_share``, ``filter/rv_mean``,
     ``filter/rv_std``, ``filter/rv_std_over_mean``, ``filter/in_group_reward_std``, ``filter/kept_rows``
-    and ``filter/skipped`` (1.0 when nothing is kept: the returned batch has no rows).
+    and ``filter/skipped`` (1.0 when nothing is kept: the returned batch has no rows). ``rng`` (a numpy
+    Generator, the same on every rank) draws the groups of a ``control="random"`` config.
     """
     if config.level != "prompt":
         raise ValueError("filter_groups keeps whole groups: a prompt-level FilterConfig is needed, got level "
@@ -100,7 +101,7 @@ def filter_groups(batch: DataProto, config: FilterConfig = FilterConfig("top_p",
     except ValueError as e:
         raise ValueError(f"filter_groups: the rows sharing a uid are a group: {e}") from None
     order = list(dict.fromkeys(uids))
-    kept = select_groups(table, config)
+    kept = select_groups(table, config, rng=rng)
     kept_uids = {order[g] for g in kept}
     keep = np.array([u in kept_uids for u in uids], dtype=bool)
     out = batch.select_idxs(keep)

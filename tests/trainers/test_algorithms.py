@@ -118,7 +118,7 @@ def test_algorithm_defaults_follow_ragens_main_table(algorithm, advantage, loss_
     cfg = TrainerConfig(algorithm=algorithm)
     assert (cfg.advantage, cfg.loss_type, cfg.scale_rewards) == (advantage, loss_type, scale)
     assert (cfg.epsilon, cfg.epsilon_high, cfg.dual_clip, cfg.beta, cfg.entropy_coef) == (0.2, 0.28, 3.0, 0.0, 0.001)
-    assert (cfg.learning_rate, cfg.critic_learning_rate, cfg.critic) == (1e-6, 1e-5, "separate")
+    assert (cfg.learning_rate, cfg.critic_lr, cfg.critic) == (1e-6, 1e-5, "separate")
     assert TrainerConfig(algorithm=algorithm, advantage="group").advantage == "group"  # each is an option
 
 

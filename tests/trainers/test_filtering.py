@@ -176,3 +176,33 @@ def test_filter_config_is_checked_and_is_the_trainers():
     assert TrainerConfig().filtering == FilterConfig()  # the same defaults: no filter
     with pytest.raises(ValueError, match="takes no skip"):
         TrainerConfig(filter="top_p", filter_skip=0.25)
+
+
+def test_the_random_control_keeps_as_many_groups_as_its_rule_at_random():
+    scores = np.array([0.0, 0.1, 3.0, 2.5, 0.0, 0.2, 2.9, 0.0])
+    rule = FilterConfig("top_p", 0.9)
+    control = FilterConfig("top_p", 0.9, control="random")
+    kept = select(scores, rule)
+    draws = [tuple(select(scores, control, rng=np.random.default_rng(seed))) for seed in range(20)]
+    assert {len(d) for d in draws} == {len(kept)}  # the rule's count, every time
+    assert len(set(draws)) > 5 and any(set(d) - set(kept) for d in draws)  # which groups: random
+    assert draws[3] == tuple(select(scores, control, rng=np.random.default_rng(3)))  # a seed repeats its draw
+    assert set().union(*draws) - {0, 4, 7}  # zero-score groups can be drawn too: the whole batch
+    with pytest.raises(ValueError, match="pass rng"):
+        select(scores, control)
+    with pytest.raises(ValueError, match="level 'prompt'"):
+        FilterConfig("top_p", 0.9, level="trajectory", control="random")
+    with pytest.raises(ValueError, match="control must be one of"):
+        FilterConfig(control="shuffle")
+
+
+def test_the_trainer_config_carries_the_control_and_scales_the_critic_with_the_actor():
+    from trainers import TrainerConfig
+    from trainers.config import CRITIC_LR_RATIO
+
+    cfg = TrainerConfig(filter="top_k", filter_value=0.5, filter_control="random")
+    assert cfg.filtering == FilterConfig("top_k", 0.5, control="random")
+    organism = TrainerConfig.from_preset("organism")
+    assert organism.critic_lr == CRITIC_LR_RATIO * organism.learning_rate == pytest.approx(1e-2)  # was 1e-5
+    assert TrainerConfig(learning_rate=2e-3).critic_lr == pytest.approx(2e-2)
+    assert TrainerConfig(learning_rate=2e-3, critic_learning_rate=1e-4).critic_lr == 1e-4  # set: kept
