@@ -10,7 +10,8 @@ The verdict: template collapse when, at some step S after the first, Retrieval-A
 ``CHANCE_FACTOR`` (2) times chance while H(Z|X) stayed within the monitor's entropy band (20 %) of its
 first value, having been above that at the first step; or when the monitor's own warning fired (its
 MI-ZScore-EMA rule). Otherwise "no collapse signature", saying so when Retrieval-Acc was near chance from
-the start (the scorer never told the prompts apart, so there was nothing to lose).
+the start (the scorer never told the prompts apart, so there was nothing to lose), or when it fell to chance
+with H(Z|X) falling too (a narrowing that entropy shows as well, not the template kind).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def judge(rows: list[dict], entropy_band: float = 0.2) -> tuple[str, int | None]
     def near_chance(row):
         return row["mi/retrieval_acc"] <= CHANCE_FACTOR * row["mi/retrieval_chance"]
 
+    lost = None  # the first step where the input dependence was gone with the entropy falling too
     for row in scored[1:]:
         h = row["mi/conditional_entropy"]
         held = abs(h - h0) <= entropy_band * abs(h0)
@@ -78,9 +80,16 @@ def judge(rows: list[dict], entropy_band: float = 0.2) -> tuple[str, int | None]
                     row["step"])
         if row.get("warning"):
             return f"template collapse at step {row['step']}: {row['warning']}", row["step"]
+        if lost is None and near_chance(row) and not near_chance(first):
+            lost = row
     if all(near_chance(r) for r in scored):
         return (f"{NO_COLLAPSE}: Retrieval-Acc was within {CHANCE_FACTOR:g}x chance from the first scored step on "
                 "(the reasoning never told the prompts apart under this model)"), None
+    if lost is not None:
+        return (f"{NO_COLLAPSE} (not the template kind): Retrieval-Acc fell to within {CHANCE_FACTOR:g}x chance at "
+                f"step {lost['step']} ({first['mi/retrieval_acc']:.2f} -> {lost['mi/retrieval_acc']:.2f}) with H(Z|X) "
+                f"falling too ({h0:.2f} -> {lost['mi/conditional_entropy']:.2f} nats/token): the reasoning narrowed, "
+                "which entropy shows as well"), None
     return NO_COLLAPSE, None
 
 

@@ -126,7 +126,9 @@ def test_the_verdict_names_the_step_where_retrieval_fell_to_chance_while_entropy
 
     verdict, step = judge([row(0, 0.9, 2.0), row(5, 0.6, 2.1), row(10, 0.2, 2.2)])
     assert step == 10 and verdict.startswith("template collapse: Retrieval-Acc fell to within 2x chance at step 10")
-    assert judge([row(0, 0.9, 2.0), row(10, 0.2, 3.0)]) == ("no collapse signature", None)  # H(Z|X) moved
+    assert judge([row(0, 0.9, 2.0), row(10, 0.6, 3.0)]) == ("no collapse signature", None)
+    verdict, step = judge([row(0, 0.9, 2.0), row(10, 0.2, 1.0)])  # at chance, H(Z|X) fell with it
+    assert step is None and verdict.startswith("no collapse signature (not the template kind): Retrieval-Acc fell")
     assert judge([row(0, 0.2, 2.0), row(10, 0.2, 2.0)])[0].startswith("no collapse signature: Retrieval-Acc was")
 
 
