@@ -330,6 +330,71 @@ def interval_text(mean: float, low: float, high: float, runs: int, digits: int =
     return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}] over {runs} seeds"
 
 
+# The standard error of atanh(Spearman's rho) over n pairs is about 1.06 / sqrt(n - 3) (Fieller, Hartley and
+# Pearson 1957); 1 / sqrt(n - 3) is Pearson's r under bivariate normality, too narrow for ranks, which carry
+# less than the values they rank.
+SPEARMAN_SE = 1.06
+
+
+def fisher_interval(rho: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Fisher z interval of one Spearman rank correlation over ``n`` pairs: tanh(atanh(rho) -+ z * 1.06 /
+    sqrt(n - 3)), inside [-1, 1] by construction. (nan, nan) where there is none: n <= 3, or rho +-1
+    (atanh infinite: say the count instead, ``rank_correlation``)."""
+    if rho != rho or n <= 3 or abs(rho) >= 1:
+        return float("nan"), float("nan")
+    centre, half = float(np.arctanh(rho)), z * SPEARMAN_SE / np.sqrt(n - 3)
+    return float(np.tanh(centre - half)), float(np.tanh(centre + half))
+
+
+def rank_correlation(rhos, points: int) -> dict:
+    """Rank correlations of the same two things over seeds (each seed's Spearman rho over ``points`` pairs: six
+    reward-std buckets, four KL coefficients), summed up so that the interval never leaves [-1, 1]:
+
+    - every seed of the same sign (two or more seeds), or any seed at rho +-1 (Fisher z infinite): the count,
+      ``form`` "count" (``rank_correlation_text``: "+0.75 (positive in 3 of 3 seeds)");
+    - otherwise a Fisher z interval, ``form`` "interval": the mean of atanh(rho) over seeds -+ the wider of the
+      seeds' own t interval (their spread holds the training noise and each seed's sampling of its points) and
+      the points' sampling alone, 1.96 * 1.06 / sqrt(seeds * (points - 3)) (a floor: from 2-3 seeds the spread
+      can come out small by chance), back through tanh. With one seed, that seed's ``fisher_interval``.
+
+    ``rho`` is the seeds' mean rho, the figure quoted beside the per-seed values; nan rhos (a constant) are
+    dropped. Fisher's approximation is for independent pairs and grows rough below ten of them: at 4-6 points
+    the interval is a guide to its width, not an exact 95 %."""
+    values = np.array([r for r in rhos if r == r], dtype=float)
+    k = len(values)
+    out = {"rho": float(values.mean()) if k else float("nan"), "seeds": k, "points": points,
+           "positive": int((values > 0).sum()), "negative": int((values < 0).sum()),
+           "at_one": int((np.abs(values) >= 1).sum()), "low": float("nan"), "high": float("nan"), "form": "none"}
+    if not k:
+        return out
+    if (k > 1 and (out["positive"] == k or out["negative"] == k)) or out["at_one"]:
+        return {**out, "form": "count"}
+    if k == 1:
+        low, high = fisher_interval(values[0], points)
+        return {**out, "low": low, "high": high, "form": "interval" if low == low else "none"}
+    z = np.arctanh(values)
+    spread = (T975[k - 2] if k - 1 <= len(T975) else 1.96 + 2.4 / (k - 1)) * z.std(ddof=1) / np.sqrt(k)
+    floor = 1.96 * SPEARMAN_SE / np.sqrt(k * (points - 3)) if points > 3 else 0.0
+    half = max(spread, floor)
+    return {**out, "low": float(np.tanh(z.mean() - half)), "high": float(np.tanh(z.mean() + half)),
+            "form": "interval"}
+
+
+def rank_correlation_text(summary: dict, digits: int = 2) -> str:
+    """``rank_correlation``'s summary in words: "+1.00 in 3 of 3 seeds", "+0.75 (positive in 3 of 3 seeds)",
+    "+0.22 [-0.43, +0.73] (Fisher z, 3 seeds)", or "+0.20 (1 seed, 3 points: no interval)"."""
+    rho, k = summary["rho"], summary["seeds"]
+    seeds = f"{k} seed" + ("s" if k != 1 else "")
+    if summary["form"] == "count":
+        if summary["at_one"] == k and (summary["positive"] == k or summary["negative"] == k):
+            return f"{rho:+.{digits}f} in {k} of {seeds}"
+        sign = "positive" if rho >= 0 else "negative"
+        return f"{rho:+.{digits}f} ({sign} in {summary[sign]} of {seeds})"
+    if summary["form"] == "interval":
+        return f"{rho:+.{digits}f} [{summary['low']:+.{digits}f}, {summary['high']:+.{digits}f}] (Fisher z, {seeds})"
+    return f"{rho:+.{digits}f} ({seeds}, {summary['points']} points: no interval)"
+
+
 def run_summary(history: list[dict]) -> dict:
     """A run's figures: proxies averaged over the later half of its iterations, once they have settled a
     little; the kept ratio and the phase timings over all of them."""
@@ -363,14 +428,17 @@ RUN_PLACE = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "al
 
 def trains_alike(stored: dict, config) -> bool:
     """Whether a stored result's ``config`` (``TrainerConfig.to_dict``; fields added since take their defaults,
-    which keep the earlier behaviour) trains as ``config`` does: every field equal but ``RUN_PLACE``, and the KL
-    estimator only where KL is on (with beta 0 none is taken)."""
+    which keep the earlier behaviour) trains as ``config`` does: every field equal but ``RUN_PLACE``, the KL
+    estimator only where KL is on (with beta 0 none is taken), and the critic's effective learning rate only
+    where a critic trains (GAE advantages)."""
     from trainers import TrainerConfig
 
     def learns(c) -> dict:
         d = json.loads(json.dumps(c.to_dict()))  # tuples as the stored lists
         for key in RUN_PLACE + (("kl_loss_type",) if d["beta"] == 0 else ()):
             d.pop(key)
+        # the critic's rate as it acts (a stored 1e-5 equals a derived one), and only where there is a critic
+        d["critic_learning_rate"] = c.critic_lr if c.advantage == "gae" else None
         return d
     try:
         other = TrainerConfig.from_dict(stored)

@@ -272,7 +272,8 @@ def keep_probes(cell_folder) -> None:
 def gradient_trends(out, folder, task: str, task_cells) -> dict:
     """Finding 4's numbers over the seeds: per probe (by iteration; the checkpoint probe, KL and entropy on,
     is the last) and loss term, each bucket's mean norm, and the rank correlation of the norm with the bucket
-    (1: lowest reward std) with its t interval over seeds; to <task>-gradient-trends.json and .png."""
+    (1: lowest reward std) over seeds as ``findings.rank_correlation`` sums it up (a Fisher z interval inside
+    [-1, 1], or how many seeds agree); to <task>-gradient-trends.json and .png."""
     from trainers.metrics import probe_buckets, pyplot, read_metrics
 
     by_probe: dict[int, dict[str, list]] = {}  # iteration -> term or "reward_std" -> per seed, norms by bucket
@@ -289,9 +290,11 @@ def gradient_trends(out, folder, task: str, task_cells) -> dict:
         for term, seeds in terms.items():
             width = min(len(norms) for norms in seeds)
             rhos = [findings.spearman(np.arange(width), norms[:width]) for norms in seeds]
-            mean, low, high = findings.t_interval(rhos)
+            summary = findings.rank_correlation(rhos, width)  # an interval inside [-1, 1], or the seeds' count
             result[str(iteration)][term] = {"bucket_means": np.mean([n[:width] for n in seeds], axis=0).tolist(),
-                                            "spearman": rhos, "spearman_mean": mean, "interval": [low, high]}
+                                            "spearman": rhos, "spearman_mean": summary["rho"],
+                                            "interval": [summary["low"], summary["high"]],
+                                            "reading": findings.rank_correlation_text(summary)}
     if not result:
         raise ValueError(f"{folder}: no gradient probe in the {PROBES} of {[cell[0] for cell in task_cells]}")
     (out / f"{task}-gradient-trends.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -336,7 +339,7 @@ def contrasts(rows: list[dict], key: str, reference: str) -> dict:
     """Per arm (the rows' ``key``) and figure: its mean with a t interval over seeds, and its difference from
     the ``reference`` arm paired by seed (both arms of a seed start alike and play the same held-out
     episodes); with three or more arms on a scale (``rank``), each seed's rank correlation of the figure
-    with it ("trend", over the seeds that have every such arm)."""
+    with it ("trend", over the seeds that have every such arm), summed up by ``findings.rank_correlation``."""
     by = {(str(r[key]), r["seed"]): r for r in rows}
     arms = list(dict.fromkeys(str(r[key]) for r in rows))
     out = {}
@@ -353,9 +356,9 @@ def contrasts(rows: list[dict], key: str, reference: str) -> dict:
     if len(scale) > 2:
         seeds = sorted({seed for a, seed in by if a in scale})
         whole = [seed for seed in seeds if all((a, seed) in by for a in scale)]
-        out["trend"] = {"arms": scale, **{figure: findings.t_interval(
-            [findings.spearman([rank(a) for a in scale], [by[a, seed][figure] for a in scale]) for seed in whole])
-            for figure in CONTRASTED}}
+        out["trend"] = {"arms": scale, **{figure: findings.rank_correlation(
+            [findings.spearman([rank(a) for a in scale], [by[a, seed][figure] for a in scale]) for seed in whole],
+            len(scale)) for figure in CONTRASTED}}
     return out
 
 
@@ -365,8 +368,7 @@ def contrasts_text(result: dict, reference: str) -> str:
     for arm, figures in result.items():
         if arm == "trend":
             lines.append(f"rank corr. with {', '.join(figures['arms'])}: " + "; ".join(
-                f"{figure} {figures[figure][0]:+.2f} [{figures[figure][1]:+.2f}, {figures[figure][2]:+.2f}]"
-                for figure in CONTRASTED))
+                f"{figure} {findings.rank_correlation_text(figures[figure])}" for figure in CONTRASTED))
             continue
         lines.append(f"{arm}: " + "; ".join(
             f"{figure} {f['mean'][0]:.3f} ({f[f'minus_{reference}'][0]:+.3f} [{f[f'minus_{reference}'][1]:+.3f}, "

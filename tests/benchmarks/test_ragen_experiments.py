@@ -146,7 +146,7 @@ def test_contrasts_pair_each_arm_with_the_reference_by_seed():
     assert result["q4"]["val_success"]["paired_seeds"] == 1
     trend = result["trend"]
     assert trend["arms"] == ["q1", "q2", "q3", "q4"]  # the prompt-level filter is off the quartiles' scale
-    assert trend["val_success"][0] == pytest.approx(-1.0)  # only seed 0 has all four, and it falls steadily
+    assert trend["val_success"]["rho"] == pytest.approx(-1.0)  # only seed 0 has all four, and it falls steadily
     assert "q4: val_success 0.100 (-0.300" in rx.contrasts_text(result, "largest")
 
 
@@ -156,7 +156,8 @@ def test_a_sweeps_trend_orders_its_values_as_numbers_and_leaves_nofilter_off_the
             for arm, values in mi.items() for seed, v in enumerate(values)]
     result = rx.contrasts(rows, "top_p", "nofilter")
     assert result["trend"]["arms"] == ["0.4", "0.9", "0.95", "1.0"]
-    assert result["trend"]["retrieval_acc"][0] == pytest.approx(1.0)  # rises with top-p in both seeds
+    assert result["trend"]["retrieval_acc"]["rho"] == pytest.approx(1.0)  # rises with top-p in both seeds
+    assert result["trend"]["retrieval_acc"]["form"] == "count"  # +1 in 2 of 2 seeds: no interval past 1
     assert result["0.4"]["retrieval_acc"]["minus_nofilter"][0] == pytest.approx(-0.65)
     assert "rank corr. with 0.4, 0.9, 0.95, 1.0: " in rx.contrasts_text(result, "nofilter")
     assert rx.rank("q3") == 3 and rx.rank("0.001") == 0.001 and rx.rank("largest") is None
@@ -250,7 +251,19 @@ def test_the_gradient_trends_rank_each_terms_norm_against_the_bucket_over_seeds(
     trends = rx.gradient_trends(tmp_path, tmp_path, "sokoban", cells)["1"]
     assert trends["task"]["spearman"] == [1.0, 1.0, 1.0] and trends["task"]["bucket_means"] == [2.0, 4.0, 6.0, 8.0]
     assert trends["entropy"]["spearman_mean"] == -1.0 and "kl" not in trends
+    assert trends["task"]["reading"] == "+1.00 in 3 of 3 seeds"  # rho 1: the count, not an interval
     assert (tmp_path / "sokoban-gradient-trends.png").stat().st_size > 0
     (tmp_path / "PPO-seed0" / rx.PROBES).write_text("")
     with pytest.raises(ValueError, match="no gradient probe"):
         rx.gradient_trends(tmp_path, tmp_path, "sokoban", cells[:1])
+
+
+def test_a_stored_critic_rate_counts_as_it_acts():
+    from trainers import TrainerConfig
+
+    old = TrainerConfig(algorithm="grpo", learning_rate=1e-3, critic_learning_rate=1e-5).to_dict()  # before the fix
+    assert findings.trains_alike(old, TrainerConfig(algorithm="grpo", learning_rate=1e-3))  # no critic: alike
+    old_ppo = TrainerConfig(algorithm="ppo", learning_rate=1e-3, critic_learning_rate=1e-5).to_dict()
+    assert not findings.trains_alike(old_ppo, TrainerConfig(algorithm="ppo", learning_rate=1e-3))  # 1e-5 vs 1e-2
+    assert findings.trains_alike(TrainerConfig(algorithm="ppo").to_dict(),
+                                 TrainerConfig(algorithm="ppo", critic_learning_rate=1e-5))  # 1e-5 either way
