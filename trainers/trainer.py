@@ -6,13 +6,14 @@
 One iteration (``iteration_step``), top to bottom, each phase a method below it:
 1. ``_rollout``: P prompt groups x G samples with the current policy (``RolloutRunner``, or
    ``AsyncRolloutRunner`` with ``rollout.asynchronous``), their metrics and the chance level.
-2. ``_mi``: every ``mi_every`` iterations, before filtering, the MI proxies (``ragen_envs.diagnose.mi``: which
-   pairs, and their cross log-likelihoods) at first-turn and trajectory scope.
+2. ``mi_diagnostics``: every ``mi_every`` iterations, before filtering, the MI proxies
+   (``ragen_envs.diagnose.mi``: which pairs, and their cross log-likelihoods) at first-turn and trajectory scope.
 3. ``_stats``: the no-grad pass (old log-probs, token entropy, reference log-probs, values) where
    anything needs it; entropies come from the sampler when it reports them.
 4. ``_filter``: each group scored (``filter_metric``) and kept by ``filter`` (``config.filtering``, a
    ``FilterConfig`` of ``ragen_envs.diagnose.filtering``: RAGEN's selection rules), over all ranks'
-   groups; a streak of empty iterations stops the run.
+   groups (``filter_control="random"``: as many groups drawn at random, the control arm); a streak of
+   empty iterations stops the run.
 5. ``_advantages``: the kept samples' (``algorithms.advantages``: GAE across segments for PPO,
    group-relative for GRPO, DAPO and Dr. GRPO), after the no-grad pass where the update needs it,
    then scaled by RAGEN's advantage options (``_advantage_factors``). The filter and the advantages
