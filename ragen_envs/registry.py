@@ -360,7 +360,7 @@ def register_clients() -> None:
             gymnasium.register(id=env_id, entry_point=entry_point)
 
 
-def markdown_table() -> str:
+def env_table() -> str:
     """The environment table of docs/envs.md (`ragen list --markdown`)."""
     rows = ["| id | what | extra | offline data |", "|---|---|---|---|"]
     for e in ENVIRONMENTS.values():

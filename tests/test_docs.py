@@ -146,9 +146,9 @@ def test_the_slug_rule_is_the_one_mkdocs_used(site):
 
 def test_the_env_table_is_the_catalogue():
     # Regenerate with: ragen list --markdown
-    from ragen_envs.registry import markdown_table
+    from ragen_envs.registry import env_table
 
-    assert markdown_table() in (DOCS / "envs.md").read_text()
+    assert env_table() in (DOCS / "envs.md").read_text()
 
 
 def test_the_argument_bounds_table_is_the_envs():

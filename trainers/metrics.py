@@ -101,7 +101,7 @@ PANELS = [("Held-out", "share of episodes", True), ("Task", "share of episodes",
           ("Filter", "share of groups", True), ("MI z-score (EMA)", "z (standard deviations)", False)]
 
 
-def markdown_table() -> str:
+def metric_table() -> str:
     """The metric table of docs/training.md."""
     def cell(text: str) -> str:  # a bare <think> would render as an HTML tag, a bare | would split the cell
         return re.sub(r"(</?\w+>)", r"`\1`", text).replace("|", "\\|")

@@ -20,7 +20,8 @@ class TokenScorer(torch.nn.Module):
     def __init__(self, model, value_head=None, temperature: float = 1.0, critic_trunk=None,
                  detach_value: bool = False, banned=None):
         super().__init__()
-        self.model, self.value_head, self.temperature = model, value_head, max(temperature, 1e-6)
+        # greedy sampling (temperature 0) scores at 1, as the backends report log-probs
+        self.model, self.value_head, self.temperature = model, value_head, temperature if temperature > 0 else 1.0
         self.banned = banned  # token ids the sampler never draws (a VLM's image placeholders: vision.ban)
         self.critic_trunk, self.detach_value = critic_trunk, detach_value
 

@@ -49,7 +49,7 @@ from ragen_envs.agent.async_rollout import make_runner
 from ragen_envs.agent.baseline import random_success
 from ragen_envs.agent.trajectory import rollout_metrics
 from ragen_envs.diagnose import mi
-from ragen_envs.diagnose.filtering import (LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_variance, select,
+from ragen_envs.diagnose.filtering import (LOW_RV_RATIO, REWARD_METRICS, filter_stats, reward_std, select,
                                            select_trajectories)
 from trainers import algorithms as alg
 from trainers import gradient_probe, rewards
@@ -165,7 +165,7 @@ class Trainer(TrainerBase):
         cfg, layout = self.config, batch.layout
         factor = {i: 1.0 for i in batch.chosen}
         if cfg.soft_advantage_reweight:  # group std / the largest kept group's, over all ranks' kept groups
-            stds = reward_variance(batch.returns, "std")
+            stds = reward_std(batch.returns)
             top = float(stds[batch.kept].max())
             weights = {i: float(stds[self.rank * batch.groups + layout.samples[i].group]) / (top + 1e-6)
                        for i in batch.chosen}
@@ -189,7 +189,7 @@ class Trainer(TrainerBase):
 
     def _log_group_rv(self, returns: np.ndarray, kept, runner) -> None:
         """A row per group of this iteration in group_rv.csv: its reward std and whether it was kept."""
-        stds, kept = reward_variance(returns, "std"), {int(g) for g in kept}
+        stds, kept = reward_std(returns), {int(g) for g in kept}
         envs = runner.group_envs * self.world
         rows = [{"iteration": self.iteration + 1, "group": g, "env": envs[g], "reward_std": float(stds[g]),
                  "kept": int(g in kept)} for g in range(len(stds))]
@@ -336,7 +336,7 @@ class Trainer(TrainerBase):
         cfg = self.config
         if not len(batch.kept):
             return {"grad_norm/all/sample_count": 0.0}
-        stds = reward_variance(batch.returns, "std")[batch.kept]
+        stds = reward_std(batch.returns)[batch.kept]
         mine: dict[int, list[int]] = {}  # a kept group (all-rank index) -> this rank's samples of it
         for i in batch.chosen:
             mine.setdefault(self.rank * batch.groups + batch.layout.samples[i].group, []).append(i)

@@ -30,7 +30,7 @@ from ragen_envs.cli import args as cli_args
 from ragen_envs.agent.backends import PolicyConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.agent.threads import set_threads
-from ragen_envs.registry import (CLIENTS, ENVIRONMENTS, NOT_IN_CATALOGUE, markdown_table, missing_modules,
+from ragen_envs.registry import (CLIENTS, ENVIRONMENTS, NOT_IN_CATALOGUE, env_table, missing_modules,
                                  system_problem)
 
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
@@ -90,7 +90,7 @@ def print_table(table: dict[str, dict[str, float]]) -> None:
 
 def cmd_list(args) -> int:
     if args.markdown:
-        print(markdown_table())
+        print(env_table())
         return 0
     print(f"{'id':28s} {'extra':7s} {'offline data':20s} {'ready':24s} description")
     for e in ENVIRONMENTS.values():

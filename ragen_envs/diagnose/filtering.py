@@ -93,11 +93,14 @@ class FilterConfig:
             raise ValueError("the random control draws prompt groups: it needs level 'prompt'")
 
 
-def reward_variance(returns, metric: str = "variance") -> np.ndarray:
-    """Per-group spread of a P x G array of returns: the sample variance, or its square root (``std``)."""
-    returns = _returns(returns)
-    var = returns.var(axis=1, ddof=1)
-    return var if metric == "variance" else np.sqrt(var)
+def reward_variance(returns) -> np.ndarray:
+    """Each group's sample variance (ddof 1) of a P x G array of returns: RV, the paper's signal."""
+    return _returns(returns).var(axis=1, ddof=1)
+
+
+def reward_std(returns) -> np.ndarray:
+    """Each group's sample standard deviation (ddof 1) of a P x G array of returns: what RAGEN's code ranks."""
+    return np.sqrt(reward_variance(returns))
 
 
 def group_scores(returns, metric: str = "std") -> np.ndarray:
@@ -106,7 +109,7 @@ def group_scores(returns, metric: str = "std") -> np.ndarray:
         raise ValueError(f"a reward metric is one of {REWARD_METRICS}, got {metric!r}")
     returns = _returns(returns)
     if metric in ("std", "variance"):
-        return reward_variance(returns, metric)
+        return reward_std(returns) if metric == "std" else reward_variance(returns)
     return returns.mean(axis=1) if metric == "mean" else returns.sum(axis=1)
 
 
@@ -233,7 +236,7 @@ def rv_spread(returns) -> dict[str, float]:
     """How reward variance varies across the groups of a P x G array of returns: Mean(RV), Std(RV) (over
     groups, ddof 0) and Std(RV)/Mean(RV), the paper's predictor of the filter's benefit (0 when no group
     has any variance; at or below ``LOW_RV_RATIO`` filtering is not predicted to help)."""
-    rv = reward_variance(returns, "variance")
+    rv = reward_variance(returns)
     mean, std = float(rv.mean()), float(rv.std())
     return {"rv_mean": mean, "rv_std": std, "rv_std_over_mean": std / mean if mean > 0 else 0.0}
 
@@ -241,7 +244,7 @@ def rv_spread(returns) -> dict[str, float]:
 def filter_stats(returns, kept) -> dict[str, float]:
     """What to log about one filtering step."""
     returns = np.asarray(returns, dtype=float)
-    rv = reward_variance(returns, "variance")
+    rv = reward_variance(returns)
     return {
         "filter/kept_groups": float(len(kept)),
         "filter/kept_ratio": len(kept) / len(rv),

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ragen_envs.diagnose.filtering import (LOW_RV_RATIO, FilterConfig, reward_variance, rv_spread,
+from ragen_envs.diagnose.filtering import (LOW_RV_RATIO, FilterConfig, reward_std, reward_variance, rv_spread,
                                            select_groups)
 
 QUANTILES = (0, 25, 50, 75, 100)  # of the per-group reward std, in percent
@@ -52,7 +52,7 @@ def reward_stats(returns, group_ids) -> dict:
     - ``reading``: that reading in a sentence.
     """
     ids, table = _grouped(returns, group_ids)
-    std = reward_variance(table, "std")
+    std = reward_std(table)
     spread = rv_spread(table)
     ratio = spread["rv_std_over_mean"]
     if spread["rv_mean"] == 0:
@@ -91,7 +91,7 @@ def filter_preview(returns, group_ids,
     """
     ids, table = _grouped(returns, group_ids)
     rules = [filtering] if isinstance(filtering, FilterConfig) else list(filtering)
-    rv = reward_variance(table, "variance")
+    rv = reward_variance(table)
     rows = []
     for rule in rules:
         if rule.level != "prompt":

@@ -17,9 +17,8 @@ trajectory's ``messages_and_choices`` is the system prompt, the user messages an
 ``trajectory_groups`` makes one ``art.TrajectoryGroup`` per seed, ``group_size`` episodes from it,
 for ``art.gather_trajectory_groups``.
 
-ART's server renders the chat and the model replies to it, so the prompt cannot end with the reply's
-prefill (``<think>``, ``ChatEnvConfig.prefill``) as this project's runner ends it: a reply is read as
-the prefill followed by the reply, unless the reply opens with the prefill already.
+ART's server renders the chat, so a reply is read as ``common.as_reply`` says (the prefill before it, as
+the runner would have prompted).
 
 What the env's reward becomes: ``trajectory.reward``, the episode's return (format penalties
 included), which ART normalises within the group (GRPO); ``metrics`` has ``success`` and ``turns`` (the

@@ -1,5 +1,11 @@
 """What the adapters share: one dataset row per env seed (the episode's first chat prompt), the
-template text between turns, and the episode played in token space against a framework's server."""
+template text between turns, and the episode played in token space against a framework's server.
+
+The reply's prefill (``ChatEnvConfig.prefill``, ``<think>``), as this project's ``RolloutRunner`` uses it:
+where an adapter builds the prompt (verl, AReaL, OpenRLHF, TRL), each prompt ends with the prefill and a
+reply is read as the prefill plus the generated text; where the framework renders the chat itself (SkyRL,
+GEM, rLLM, ART), the prompt cannot end with it, so a reply is read as the prefill plus the reply unless the
+reply opens with the prefill already (``as_reply``)."""
 
 from __future__ import annotations
 

@@ -14,9 +14,8 @@ reply through ``ChatEnv`` (parsing, format penalty, feedback) and returns the en
 turns), so the first observation is the system prompt and the first user message as one text, the
 instructions first, as GEM's games put their instructions in the first observation.
 
-GEM renders the chat itself, so the prompt cannot end with the reply's prefill (``<think>``,
-``ChatEnvConfig.prefill``) as this project's runner ends it: a reply is read as the prefill followed
-by the reply, unless the reply opens with the prefill already.
+GEM renders the chat itself, so a reply is read as ``common.as_reply`` says (the prefill before
+it, as the runner would have prompted).
 
 What the env's reward becomes: each step's ``reward`` is that turn's reward (env rewards plus the
 format penalty); over the episode they sum to its return (``episode_tracking``'s

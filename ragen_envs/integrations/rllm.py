@@ -9,9 +9,8 @@ rLLM's agent keeps the chat history and formats it; this env parses each reply (
 ``info`` carries ``instructions`` at reset (the system prompt ``ChatEnv`` would show), and
 ``success``, ``actions`` and ``format_ok`` after each step.
 
-rLLM's agent renders the chat itself, so the prompt cannot end with the reply's prefill (``<think>``,
-``ChatEnvConfig.prefill``) as this project's runner ends it: a reply is read as the prefill followed by
-the reply, unless the reply opens with the prefill already. What the env's reward becomes: each
+rLLM's agent renders the chat itself, so a reply is read as ``common.as_reply`` says (the prefill before
+it, as the runner would have prompted). What the env's reward becomes: each
 step's ``reward`` is that turn's reward (env rewards plus the format penalty); they sum to the
 episode's return.
 

@@ -11,9 +11,8 @@ prompt (system and user messages), ``step(reply)`` plays the reply through ``Cha
 format penalty, feedback) and returns the next user message, the turn's reward and ``done``; the
 episode's outcome is in the metadata and ``get_metrics``.
 
-SkyRL renders the chat itself, so the prompt cannot end with the reply's prefill (``<think>``,
-``ChatEnvConfig.prefill``) as this project's runner ends it: a reply is read as the prefill followed by
-the reply, unless the reply opens with the prefill already.
+SkyRL renders the chat itself, so a reply is read as ``common.as_reply`` says (the prefill before
+it, as the runner would have prompted).
 
 What the env's reward becomes: each step's ``reward`` is that turn's reward (env rewards plus the
 format penalty), which SkyRL credits to that turn's response; over the episode they sum to its

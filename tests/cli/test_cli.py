@@ -201,7 +201,7 @@ def test_a_config_file_takes_the_flag_names_too(tmp_path):
 
 def test_list_shows_the_catalogue(capsys):
     from ragen_envs import ENVIRONMENTS
-    from ragen_envs.registry import NOT_IN_CATALOGUE, markdown_table
+    from ragen_envs.registry import NOT_IN_CATALOGUE, env_table
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -211,7 +211,7 @@ def test_list_shows_the_catalogue(capsys):
     assert {"ALFWorld", "Lean"} <= set(NOT_IN_CATALOGUE) and not set(NOT_IN_CATALOGUE) & {
         e.id.split("/")[1].split("-")[0] for e in ENVIRONMENTS.values()}
     assert main(["list", "--markdown"]) == 0
-    assert capsys.readouterr().out.strip() == markdown_table()
+    assert capsys.readouterr().out.strip() == env_table()
 
 
 def test_an_unknown_env_fails_before_any_model_loads(capsys):

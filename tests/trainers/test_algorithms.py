@@ -146,3 +146,11 @@ def test_the_total_loss_is_its_parts_composed():
     k1 = replace(cfg, kl_loss_type="kl")  # RAGEN's top-p and KL sweeps keep verl's plain estimate
     _, parts = alg.total_loss(k1, mask, norm, logp, entropy, old, adv, ref, values, old_values, returns)
     assert parts["loss/kl"] == pytest.approx(alg.aggregate(logp - ref, mask, cfg.loss_type, norm).item())
+
+
+def test_greedy_sampling_scores_at_temperature_one_as_the_backends_do(tiny_model):
+    from trainers.scoring import TokenScorer
+
+    # a temperature of 1e-6 would turn the log-probs into near-one-hot ones the sampler never reported
+    assert TokenScorer(tiny_model, None, 0.0).temperature == 1.0
+    assert TokenScorer(tiny_model, None, 0.7).temperature == 0.7

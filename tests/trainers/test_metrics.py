@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from trainers.metrics import METRICS, PANELS, TABLE, MetricsLogger, draw, markdown_table, plot_run
+from trainers.metrics import METRICS, PANELS, TABLE, MetricsLogger, draw, metric_table, plot_run
 from conftest import SMOKE
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
 
 def test_the_docs_explain_every_metric_of_the_table_and_plot():
-    # Regenerate with: python -c "from trainers.metrics import markdown_table; print(markdown_table())"
-    assert markdown_table() in PAGE.read_text()
+    # Regenerate with: python -c "from trainers.metrics import metric_table; print(metric_table())"
+    assert metric_table() in PAGE.read_text()
     assert all(len(m.label) <= 8 and m.meaning for m in METRICS)
     panels = {title for title, _, _ in PANELS}
     assert all(m.panel in panels for m in METRICS if m.panel)
