@@ -422,24 +422,21 @@ def run_summary(history: list[dict]) -> dict:
 
 
 # where a run writes and how it logs and saves: not what it learns
-RUN_PLACE = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "allow_config_changes", "report_to",
-             "plot", "logging_steps", "save_strategy", "save_steps", "save_total_limit", "save_rollouts_steps")
 
 
 def trains_alike(stored: dict, config) -> bool:
     """Whether a stored result's ``config`` (``TrainerConfig.to_dict``; fields added since take their defaults,
-    which keep the earlier behaviour) trains as ``config`` does: every field equal but ``RUN_PLACE``, the KL
-    estimator only where KL is on (with beta 0 none is taken), and the critic's effective learning rate only
-    where a critic trains (GAE advantages)."""
+    which keep the earlier behaviour) trains as ``config`` does: every field equal but those
+    ``TrainerConfig.run_place`` leaves out (declared on each field: where a run writes, the KL estimator with
+    beta 0, the critic's rate without a critic), the critic's rate compared as it acts."""
     from trainers import TrainerConfig
 
     def learns(c) -> dict:
         d = json.loads(json.dumps(c.to_dict()))  # tuples as the stored lists
-        for key in RUN_PLACE + (("kl_loss_type",) if d["beta"] == 0 else ()):
-            d.pop(key)
-        # the critic's rate as it acts (a stored 1e-5 equals a derived one), and only where there is a critic
-        d["critic_learning_rate"] = c.critic_lr if c.advantage == "gae" else None
-        return d
+        ignored = TrainerConfig.run_place(d)  # declared on each field: where it writes, and inert settings
+        if "critic_learning_rate" not in ignored:  # the rate as it acts: a stored 1e-5 equals a derived one
+            d["critic_learning_rate"] = c.critic_lr
+        return {k: v for k, v in d.items() if k not in ignored}
     try:
         other = TrainerConfig.from_dict(stored)
     except (TypeError, ValueError):  # a field since removed or renamed, or a value no longer valid

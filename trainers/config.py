@@ -12,6 +12,18 @@ from ragen_envs.base import bounded, check_bounds, check_choices, check_positive
 from ragen_envs.diagnose.filtering import CONTROLS, LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
 from ragen_envs.registry import ENVIRONMENTS
 
+# What a setting is to a run, declared on its field (``role`` metadata; LEARNS when not declared): LEARNS, it
+# changes the path the weights take; MEASURES, it changes how far a run goes or what it measures, not what
+# it learns (a resume may change it; a study compares it); PLACE, where and how a run writes (neither). A
+# field that learns only under other settings declares ``learns_if``, a test on the run's record.
+LEARNS, MEASURES, PLACE = "learns", "measures", "place"
+
+
+def setting(default, role: str = LEARNS, **metadata):
+    """A dataclass field with its role (and other metadata such as ``flag``) declared beside it."""
+    return field(default=default, metadata={**metadata, "role": role})
+
+
 CRITIC_LR_RATIO = 10.0  # RAGEN's critic learning rate over the actor's (config/base.yaml: 1e-5 and 1e-6)
 # The option sets live here, not beside their torch code, so the CLI builds its parser without torch.
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
@@ -51,11 +63,11 @@ class TrainerConfig:
     # -- run: algorithm, length, folder ------------------------------------------------------
     algorithm: Literal[ALGORITHMS] = "grpo"  # ppo | grpo | dapo | drgrpo
     # rollout -> filter -> update cycles in all, resumed ones included (TRL's max_steps)
-    num_iterations: int = bounded(10, min=1, flag="iterations")
+    num_iterations: int = bounded(10, min=1, flag="iterations", role=MEASURES)
     # the run folder (metrics, resolved config, checkpoints, plot); None: a new runs/<date>-<time>-<algo>-<env>
-    output_dir: str | None = None
+    output_dir: str | None = setting(None, PLACE)
     # replace a run already in output_dir (its metrics, config, checkpoints); without it such a folder is refused
-    overwrite_output_dir: bool = field(default=False, metadata={"flag": "overwrite"})
+    overwrite_output_dir: bool = setting(False, PLACE, flag="overwrite")
 
     # -- rollout: P prompt groups x G samples (RAGEN-2: 8 x 16); its seed seeds the whole run ---
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -64,7 +76,7 @@ class TrainerConfig:
     learning_rate: float = bounded(1e-6, above=0)  # policy learning rate (AdamW)
     # critic learning rate (value head, and its trunk when separate); None: CRITIC_LR_RATIO x learning_rate,
     # RAGEN's ratio (critic 1e-5 over actor 1e-6), so a preset or flag that raises the actor's rate raises it too
-    critic_learning_rate: float | None = bounded(None, above=0)
+    critic_learning_rate: float | None = bounded(None, above=0, learns_if=lambda run: run["advantage"] == "gae")
     weight_decay: float = bounded(0.0, min=0)  # AdamW weight decay
     max_grad_norm: float = bounded(1.0, above=0)  # gradient clipping
     # train only the top: the embeddings and this many bottom decoder layers stay frozen (0: train all).
@@ -101,10 +113,10 @@ class TrainerConfig:
     # recompute each decoder layer's activations in the update's backward pass instead of keeping them (Hugging
     # Face's gradient checkpointing, no KV cache): only the layers' inputs stay, for about one more forward
     # pass of compute; the loss and gradients stay the same
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = setting(False, MEASURES)
     # with data_parallel="fsdp": the weight, gradient and optimizer-state shards live in CPU memory and each
     # layer comes to the GPU for its pass (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU, slowly
-    fsdp_cpu_offload: bool = False
+    fsdp_cpu_offload: bool = setting(False, MEASURES)
 
     # -- algorithm: advantage, clipping, KL, entropy ------------------------------------------
     # advantages: gae (a critic) | group (group-relative); None: the algorithm's (the table in trainers/config.py)
@@ -121,7 +133,7 @@ class TrainerConfig:
     beta: float = bounded(0.0, min=0)
     # the per-token KL estimate: low_var_kl, k3 = exp(ref - logp) - (ref - logp) - 1 (RAGEN's main table and
     # gradient probe) | kl, k1 = logp - ref (verl's "kl", base.yaml's, which RAGEN's top-p and KL sweeps keep)
-    kl_loss_type: Literal[KL_TYPES] = "low_var_kl"
+    kl_loss_type: Literal[KL_TYPES] = setting("low_var_kl", learns_if=lambda run: run["beta"] != 0)
     entropy_coef: float = bounded(0.001, min=0)  # entropy bonus coefficient (RAGEN's entropy_coeff)
     # grpo | dapo | bnpo | dr_grpo | seq_sum; None: the algorithm's (the table in trainers/config.py)
     loss_type: Literal[LOSS_TYPES] | None = None
@@ -194,46 +206,51 @@ class TrainerConfig:
     # -- gradient probe: each loss term's gradient norm by reward-variance bucket (trainers/gradient_probe.py) --
     # probe the kept batch before the update at the first iteration and every this many after (1, 1 + N, ...;
     # RAGEN's gradient_analysis_every, on there every 50; 0: never); no step, no change to the run
-    gradient_analysis_every: int = bounded(0, min=0)
-    gradient_analysis_num_buckets: int = bounded(6, min=1)  # quantile buckets of kept groups by reward std
+    gradient_analysis_every: int = bounded(0, min=0, role=MEASURES)
+    # quantile buckets of kept groups by reward std
+    gradient_analysis_num_buckets: int = bounded(6, min=1, role=MEASURES)
     # quantile: equal numbers of groups sorted by reward std | fixed_rv: RAGEN's std intervals [0,1), ..., [5,inf)
-    gradient_analysis_bucket_mode: Literal[BUCKET_MODES] = "quantile"
+    gradient_analysis_bucket_mode: Literal[BUCKET_MODES] = setting("quantile", MEASURES)
     # groups of a separate batch rolled out for the probe only, never trained on (None: the training batch)
-    gradient_analysis_env_groups: int | None = bounded(None, min=1)
+    gradient_analysis_env_groups: int | None = bounded(None, min=1, role=MEASURES)
     # that batch's group size (None: the run's; with env_groups None too, the probe uses the training batch)
-    gradient_analysis_group_size: int | None = bounded(None, min=2, why="a reward std needs two samples")
+    gradient_analysis_group_size: int | None = bounded(None, min=2, why="a reward std needs two samples",
+                                                       role=MEASURES)
     # that batch filtered as the run filters (RAGEN's probe); False: every group of it, zero-variance ones
     # included, so the buckets span the low-variance groups the paper contrasts (needs that batch)
-    gradient_analysis_filter: bool = True
+    gradient_analysis_filter: bool = setting(True, MEASURES)
     # probe this call's first iteration, write its metrics and stop: no update, no checkpoint (RAGEN's
     # exit_after_gradient_analysis; with --resume it probes a checkpoint)
-    exit_after_gradient_analysis: bool = field(default=False, metadata={"flag": "gradient_analysis_only"})
+    exit_after_gradient_analysis: bool = setting(False, MEASURES, flag="gradient_analysis_only")
     # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
     # play them before the first iteration, every this many and at the last (0: never)
-    eval_steps: int = bounded(0, min=0)
-    eval_episodes: int = bounded(512, min=1)  # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
-    eval_seed: int = 123  # their env seeds start here (RAGEN's seed.val)
-    eval_temperature: float = bounded(0.5, min=0)  # their sampling temperature (RAGEN's rollout.val_kwargs)
+    eval_steps: int = bounded(0, min=0, role=MEASURES)
+    # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
+    eval_episodes: int = bounded(512, min=1, role=MEASURES)
+    eval_seed: int = setting(123, MEASURES)  # their env seeds start here (RAGEN's seed.val)
+    # their sampling temperature (RAGEN's rollout.val_kwargs)
+    eval_temperature: float = bounded(0.5, min=0, role=MEASURES)
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
-    logging_steps: int = bounded(1, min=0)  # print the metrics table every this many iterations
+    logging_steps: int = bounded(1, min=0, role=PLACE)  # print the metrics table every this many iterations
     # where metrics go beside metrics.jsonl/csv. "auto": TensorBoard (the run folder's tensorboard/) when
     # installed; "tensorboard": it is wanted, a missing package is an error before anything loads; "wandb":
     # Weights & Biases (trainers/tracking.py: metrics, config, an episode table), TensorBoard as under auto
-    report_to: Literal["auto", "tensorboard", "wandb"] = "auto"
-    plot: bool = True  # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
+    report_to: Literal["auto", "tensorboard", "wandb"] = setting("auto", PLACE)
+    # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
+    plot: bool = setting(True, PLACE)
     # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
-    save_strategy: Literal["steps", "no"] = "steps"
-    save_steps: int = bounded(0, min=0)  # checkpoint every this many iterations (0: only at the end)
+    save_strategy: Literal["steps", "no"] = setting("steps", PLACE)
+    save_steps: int = bounded(0, min=0, role=PLACE)  # checkpoint every this many iterations (0: only at the end)
     # keep only the newest N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB
-    save_total_limit: int | None = bounded(None, min=1)
+    save_total_limit: int | None = bounded(None, min=1, role=PLACE)
     # write the iteration's trajectories to rollouts/iteration-<n>.jsonl every this many iterations and
     # at the last (0: never); `ragen view RUN_DIR` shows them
-    save_rollouts_steps: int = bounded(5, min=0)
+    save_rollouts_steps: int = bounded(5, min=0, role=PLACE)
     # a checkpoint folder (its parent becomes output_dir when that is None), or "latest" in output_dir
-    resume_from_checkpoint: str | None = field(default=None, metadata={"flag": "resume"})
+    resume_from_checkpoint: str | None = setting(None, PLACE, flag="resume")
     # on resume, run with settings that differ from the run's config.json (kept there in its "history",
     # with the iterations each ran) instead of refusing them
-    allow_config_changes: bool = field(default=False, metadata={"flag": "allow_changes"})
+    allow_config_changes: bool = setting(False, PLACE, flag="allow_changes")
 
     def __post_init__(self):
         check_choices(self)  # every Literal-typed field against its choices
@@ -281,6 +298,23 @@ class TrainerConfig:
         if self.use_turn_scores and self.reward_normalization_method != "identity":
             raise ValueError("reward normalization acts on episode returns, not turn scores (RAGEN refuses "
                              "the pair too): use_turn_scores needs reward_normalization_method='identity'")
+
+    @classmethod
+    def resume_free(cls, run: dict) -> set[str]:
+        """The settings a resume may change for a run whose record (``to_dict``) is ``run``: those that do
+        not change what it learns (declared MEASURES or PLACE, or whose ``learns_if`` fails for it)."""
+        return {f.name for f in fields(cls) if f.metadata.get("role", LEARNS) != LEARNS} | cls.inert(run)
+
+    @classmethod
+    def run_place(cls, run: dict) -> set[str]:
+        """The settings a study may ignore when it reuses a run like ``run``: where and how the run writes
+        (PLACE), and those whose ``learns_if`` fails for it. What it measures still counts."""
+        return {f.name for f in fields(cls) if f.metadata.get("role") == PLACE} | cls.inert(run)
+
+    @classmethod
+    def inert(cls, run: dict) -> set[str]:
+        """The settings that do nothing under the rest of ``run`` (their ``learns_if`` fails)."""
+        return {f.name for f in fields(cls) if "learns_if" in f.metadata and not f.metadata["learns_if"](run)}
 
     @property
     def critic_lr(self) -> float:

@@ -57,14 +57,6 @@ def clear(paths: list[Path]) -> None:
 
 
 # == the run's record ===============================================================================
-# Settings a resume may change: how far the run goes, what it writes, validates and probes, not what it trains.
-RESUME_FREE = {"num_iterations", "output_dir", "overwrite_output_dir", "resume_from_checkpoint",
-               "allow_config_changes", "logging_steps", "plot", "save_strategy", "save_steps",
-               "save_total_limit", "save_rollouts_steps", "eval_steps", "eval_episodes", "eval_seed",
-               "eval_temperature", "gradient_analysis_every", "gradient_analysis_num_buckets",
-               "gradient_analysis_bucket_mode", "gradient_analysis_env_groups", "gradient_analysis_group_size",
-               "gradient_analysis_filter", "exit_after_gradient_analysis", "report_to", "gradient_checkpointing",
-               "fsdp_cpu_offload"}
 
 
 def read_record(folder: Path) -> dict | None:
@@ -92,10 +84,14 @@ def _leaves(data: dict, prefix: str = "") -> dict:
 
 
 def changes(old: dict, new: dict) -> dict[str, tuple]:
-    """Dotted setting -> (old, new) for what ``new`` changes of the record ``old`` (RESUME_FREE aside)."""
+    """Dotted setting -> (old, new) for what ``new`` changes of the record ``old``, leaving out the settings a
+    resume may change (``TrainerConfig.resume_free``: declared on each field)."""
+    from trainers.config import TrainerConfig
+
+    free = TrainerConfig.resume_free(new)
     before, after = _leaves({k: v for k, v in old.items() if k != "history"}), _leaves(new)
     return {key: (before[key], value) for key, value in after.items()
-            if key in before and key.split(".")[0] not in RESUME_FREE and before[key] != value}
+            if key in before and key.split(".")[0] not in free and before[key] != value}
 
 
 def resumed_record(old: dict | None, new: dict, iteration: int, allow: bool, flag) -> dict:

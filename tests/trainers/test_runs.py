@@ -299,3 +299,22 @@ def test_a_checkpoint_that_cannot_be_written_is_kept_elsewhere(tokenizer, tmp_pa
     kept = Path(re.search(r"kept in (\S+) instead", str(e.value)).group(1))
     assert (kept / "checkpoint-1" / "model.safetensors").is_file() and iterations(tmp_path / "run") == [1]
     shutil.rmtree(kept)
+
+
+def test_what_a_resume_may_change_and_a_study_may_ignore_is_declared_on_the_fields():
+    from trainers.config import TrainerConfig
+
+    run = TrainerConfig(algorithm="ppo", beta=0.01).to_dict()  # KL on, a critic: every conditional one learns
+    assert TrainerConfig.resume_free(run) == {  # the list run_folder.py kept by hand before
+        "num_iterations", "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "allow_config_changes",
+        "logging_steps", "plot", "save_strategy", "save_steps", "save_total_limit", "save_rollouts_steps",
+        "eval_steps", "eval_episodes", "eval_seed", "eval_temperature", "gradient_analysis_every",
+        "gradient_analysis_num_buckets", "gradient_analysis_bucket_mode", "gradient_analysis_env_groups",
+        "gradient_analysis_group_size", "gradient_analysis_filter", "exit_after_gradient_analysis", "report_to",
+        "gradient_checkpointing", "fsdp_cpu_offload"}
+    assert TrainerConfig.run_place(run) == {  # and the one findings.py kept
+        "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "allow_config_changes", "report_to", "plot",
+        "logging_steps", "save_strategy", "save_steps", "save_total_limit", "save_rollouts_steps"}
+    grpo = TrainerConfig(algorithm="grpo").to_dict()  # beta 0, no critic: their settings do nothing
+    assert TrainerConfig.inert(grpo) == {"kl_loss_type", "critic_learning_rate"}
+    assert {"kl_loss_type", "critic_learning_rate"} <= TrainerConfig.resume_free(grpo)
