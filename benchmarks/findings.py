@@ -275,11 +275,11 @@ def evaluate(policy, env: str, env_kwargs: dict, s: Scale, seed: int, chat=None)
     outcome (``val_wins``, "1" won, "0" lost, by env seed): runs evaluated on the same maps compare map by map.
     ``chat``: the runs' ChatEnvConfig (None: the default one with ``s.max_turns``)."""
     from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
-    from ragen_envs.agent.baseline import play_held_out, summarise_held_out
+    from ragen_envs.agent.baseline import held_out_config, play_held_out, summarise_held_out
 
-    config = RolloutConfig(n_groups=s.val_episodes, group_size=1, seed=HELD_OUT_SEED + seed, env_kwargs=env_kwargs,
-                           chat=chat or ChatEnvConfig(max_turns=s.max_turns),
-                           sampling=SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=0.0))
+    rollout = RolloutConfig(env_kwargs=env_kwargs, chat=chat or ChatEnvConfig(max_turns=s.max_turns),
+                            sampling=SamplingConfig(max_new_tokens=s.max_new_tokens))
+    config = held_out_config(rollout, s.val_episodes, HELD_OUT_SEED + seed, temperature=0.0)
     rows = play_held_out(policy, env, config, seed)
     return {**{f"val_{k}": v for k, v in summarise_held_out(rows).items()}, "val_seed": config.seed,
             "val_wins": "".join("1" if won else "0" for won in rows[:, 0])}

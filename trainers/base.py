@@ -18,7 +18,7 @@ import torch
 from ragen_envs.agent import progress, vision
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
-from ragen_envs.agent.baseline import play_held_out, summarise_held_out
+from ragen_envs.agent.baseline import held_out_config, play_held_out, summarise_held_out
 from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import NO_MODEL, check_envs
@@ -266,8 +266,8 @@ class TrainerBase:
         cfg = self.config
         start = time.perf_counter()
         self._phase("validation", episodes=cfg.eval_episodes * len(self.runner.mix))
-        config = replace(cfg.rollout, n_groups=cfg.eval_episodes, group_size=1, seed=cfg.eval_seed, sampling=replace(
-            cfg.rollout.sampling, temperature=cfg.eval_temperature if temperature is None else temperature))
+        config = held_out_config(cfg.rollout, cfg.eval_episodes, cfg.eval_seed,
+                                 cfg.eval_temperature if temperature is None else temperature)
         self.model.eval()
         with gathered(self.scorer, self.sharded):  # the ranks play different numbers of forwards
             rows = play_held_out(self.rollout_policy, {env_id: cfg.eval_episodes for env_id in self.runner.mix},

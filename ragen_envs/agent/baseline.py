@@ -72,6 +72,15 @@ def held_out_part(envs, config: RolloutConfig,
     return mix, [config.seed + i for i in mine], replace(config, env_kwargs={k: kwargs[k] for k in mix if k in kwargs})
 
 
+def held_out_config(rollout: RolloutConfig, episodes: int, seed: int, temperature: float) -> RolloutConfig:
+    """The held-out evaluation's settings, for the trainer's validation and the studies alike: ``rollout``'s
+    turns, tokens and env arguments, ``episodes`` episodes of one sample each from env seed ``seed`` on,
+    sampled at ``temperature`` (0: greedy). The trainer passes its ``eval_seed`` and ``eval_temperature``;
+    a study its own seeds, so the boards it committed stay its boards."""
+    return replace(rollout, n_groups=episodes, group_size=1, seed=seed,
+                   sampling=replace(rollout.sampling, temperature=temperature))
+
+
 def play_held_out(policy, envs, config: RolloutConfig, seed: int = 0, part: tuple[int, int] = (0, 1)) -> np.ndarray:
     """Play this part's share of ``config``'s episodes of ``envs`` with ``policy`` (``held_out_part``; the
     whole set by default): one row per episode, its ``HELD_OUT_COLUMNS`` (random success seeded by

@@ -429,3 +429,15 @@ def test_the_budget_line_never_promises_more_actions_than_the_env_has_left():
     text = ChatEnv(OPEN_TEXT, ChatEnvConfig(max_turns=50))
     n = text.env.unwrapped.max_steps
     assert f"You have {n} {'reply' if n == 1 else 'replies'} left." in text.reset(seed=0)[-1]["content"]
+
+
+def test_one_held_out_config_for_the_trainer_and_the_studies():
+    from ragen_envs.agent.baseline import held_out_config
+
+    rollout = RolloutConfig(n_groups=8, group_size=16, seed=10000, chat=ChatEnvConfig(max_turns=3),
+                            sampling=SamplingConfig(max_new_tokens=40, temperature=1.0), env_kwargs={"x": {"a": 1}})
+    greedy = held_out_config(rollout, 256, 100_000, 0.0)  # a study's boards, greedy
+    assert greedy == RolloutConfig(n_groups=256, group_size=1, seed=100_000, chat=ChatEnvConfig(max_turns=3),
+                                   sampling=SamplingConfig(max_new_tokens=40, temperature=0.0),
+                                   env_kwargs={"x": {"a": 1}})
+    assert held_out_config(rollout, 512, 123, 0.5).sampling.temperature == 0.5  # the trainer's validation
