@@ -18,6 +18,7 @@ request's, and which requests share a batch depends on timing: runs are not bit-
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -128,7 +129,7 @@ class AsyncRolloutRunner(RolloutRunner):
         start = time.perf_counter()
 
         async def play(i: int, e: Episode) -> None:
-            for turn in range(c.chat.max_turns):
+            for turn in itertools.count():  # ChatEnv ends the episode at its turn limit
                 if e.done or e.fit():
                     break
                 # One seed per episode and turn: G samples of a group must not draw the same tokens.

@@ -26,6 +26,7 @@ prompt is encoded from its messages, and the cap then applies to it.
 
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -290,7 +291,7 @@ class RolloutRunner:
         active = episodes
         pool = ThreadPoolExecutor(c.env_workers) if c.env_workers > 1 else None
         try:
-            for turn in range(c.chat.max_turns):
+            for turn in itertools.count():  # ChatEnv ends each episode at its turn limit: the one place it is kept
                 active = [e for e in active if not e.done and not e.fit()]
                 if not active:
                     break
