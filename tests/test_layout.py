@@ -84,10 +84,11 @@ def names(text: str) -> set[str]:
     return set(FILE.findall(text)) | {name + "/" for name in FOLDER.findall(text)}
 
 
-def layout_problems(layout: dict[str, set[str]], root: Path = ROOT) -> list[str]:
+def layout_problems(layout: dict[str, set[str]], root: Path = ROOT, packages=PACKAGES,
+                    scripts=SCRIPTS) -> list[str]:
     """What the Layout gets wrong about the tree at ``root``, one line each; [] when nothing."""
     problems = []
-    for package in PACKAGES:
+    for package in packages:
         for init in sorted((root / package).rglob("__init__.py")):
             folder = init.parent.relative_to(root).as_posix() + "/"
             if folder not in layout:
@@ -95,7 +96,7 @@ def layout_problems(layout: dict[str, set[str]], root: Path = ROOT) -> list[str]
                 continue
             problems += [f"{folder}{module.name}: not named" for module in sorted(init.parent.glob("*.py"))
                          if module.name not in UNNAMED and module.name not in layout[folder]]
-    for folder in SCRIPTS:
+    for folder in scripts:
         named = layout.get(folder + "/", set())
         problems += [f"{folder}/{script.name}: not named" for script in sorted((root / folder).glob("*.py"))
                      if script.name not in named]
@@ -133,24 +134,24 @@ tests/        one/, two/
 
 
 def test_the_check_reports_a_missing_module_a_stale_name_and_a_package_without_entry(tmp_path):
-    for path in ("ragen_envs/__init__.py", "ragen_envs/a.py", "ragen_envs/b.py", "ragen_envs/sub/__init__.py",
-                 "ragen_envs/sub/c.py", "ragen_envs/__main__.py", "trainers/__init__.py", "trainers/t.py",
-                 "benchmarks/run.py", "benchmarks/other.py"):
+    for path in ("pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/sub/__init__.py",
+                 "pkg/sub/c.py", "pkg/__main__.py", "lib/__init__.py", "lib/t.py",
+                 "bench/run.py", "bench/other.py"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("")
     block = """\
-ragen_envs/          a.py (the one), gone.py
-trainers/            t.py, sub/
-benchmarks/          run.py; README.md
+pkg/          a.py (the one), gone.py
+lib/            t.py, sub/
+bench/          run.py; README.md
 """
-    assert layout_problems(parse_layout(block), tmp_path) == [
-        "ragen_envs/b.py: not named", "ragen_envs/sub/: a package with no entry", "benchmarks/other.py: not named",
-        "benchmarks/README.md: named, not there", "ragen_envs/gone.py: named, not there",
-        "trainers/sub/: named, not there"]
+    assert sorted(layout_problems(parse_layout(block), tmp_path, ("pkg", "lib"), ("bench",))) == sorted([
+        "pkg/b.py: not named", "pkg/sub/: a package with no entry", "bench/other.py: not named",
+        "bench/README.md: named, not there", "pkg/gone.py: named, not there",
+        "lib/sub/: named, not there"])
     fixed = """\
-ragen_envs/          a.py (the one), b.py
+pkg/          a.py (the one), b.py
   sub/               c.py
-trainers/            t.py
-benchmarks/          run.py, other.py
+lib/            t.py
+bench/          run.py, other.py
 """
-    assert layout_problems(parse_layout(fixed), tmp_path) == []
+    assert layout_problems(parse_layout(fixed), tmp_path, ("pkg", "lib"), ("bench",)) == []

@@ -35,6 +35,13 @@ def test_the_naive_loop_and_the_transformers_scorer_agree(tokenizer, tiny_model)
     np.testing.assert_allclose(ours, naive, atol=1e-4)
 
 
+def test_tokens_through_the_model_count_each_prompt_once_against_every_pair():
+    batch = {"prompts": 2, "reasonings": 4, "prompt_tokens": [10, 12], "reasoning_tokens": [1, 2, 3, 4]}
+    counted = diagnose_speed.through_model(batch)
+    assert counted["naive_tokens"] == 4 * 22 + 2 * 10 and counted["prompt_once_tokens"] == 22 + 2 * 10
+    assert counted["token_ratio"] == pytest.approx(108 / 42)
+
+
 def test_the_table_names_a_scorer_that_could_not_run():
     rows = {"naive": {"seconds": 4.0, "peak_rss_mb": 100.0, "loglik": [[[-1.0]]]},
             "transformers": {"seconds": 0.5, "peak_rss_mb": 120.0, "loglik": [[[-1.0005]]]},
@@ -58,6 +65,7 @@ def test_a_run_writes_each_scorer_and_says_why_vllm_is_missing(tmp_path, model_d
                              cwd=ROOT, capture_output=True, text=True, timeout=280, check=True).stdout
     result = json.loads(out.read_text())
     assert result["batch"]["pairs"] == 2 * 4 and result["machine"]["cores"] >= 1
+    assert result["batch"]["token_ratio"] > 1 and "tokens through the model a pass" in printed
     for name in ("naive", "transformers"):
         row = result["scorers"][name]
         assert row["peak_rss_mb"] > 0 and len(row["seconds_each"]) == 1 and row["threads"] == 1
