@@ -44,7 +44,7 @@ def run(out: Path, model: str, env: str, name: str, args) -> dict:
     saving = {}
     if args.diagnose_every:  # every iteration's rollouts, pruned below to those a checkpoint sampled
         saving = {"output_dir": str(out / "runs" / name), "save_strategy": "steps", "save_steps": args.diagnose_every,
-                  "save_rollouts_steps": 1}
+                  "save_total_limit": None, "save_rollouts_steps": 1}  # every checkpoint: each scores its step
     config = findings.organism_config(args, env, out, filter=name, **bonus, **saving)
     kwargs = {**config.rollout.env_kwargs.get(env, {}), "slip": args.slip}
     config = replace(config, rollout=replace(config.rollout, env_kwargs={env: kwargs}))
@@ -97,11 +97,13 @@ def main() -> None:
     p = findings.organism_parser(__doc__)
     p.add_argument("--entropy-coef", type=float, default=None, help="default: the preset's (RAGEN's 0.001)")
     p.add_argument("--slip", type=float, default=0.0)
+    p.add_argument("--filters", nargs="+", choices=FILTERS, default=list(FILTERS),
+                   help="the arms to run (default both; one each lets two processes run them side by side)")
     p.add_argument("--diagnose-every", type=int, default=0, metavar="K",
                    help="keep runs/<filter> with a checkpoint every K iterations and the rollouts they sampled")
     args = p.parse_args()
     env, model, out = findings.organism_setup(args, "template_collapse")
-    records = [run(out, model, env, name, args) for name in FILTERS]
+    records = [run(out, model, env, name, args) for name in args.filters]
     with open(out / "curves.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["filter", "iteration", *(key for key, _ in CURVES), "mi/retrieval_chance"])
