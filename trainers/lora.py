@@ -4,7 +4,7 @@ linear layers, and only they train.
 The adapters are injected into the Hugging Face model in place (``peft.inject_adapter_in_model``), not
 wrapped in a ``PeftModel``: the scorers, the rollout policy and the MI scorer keep calling the model
 itself (``base_model``, ``get_output_embeddings``, ``config``, ``generate``). Around it:
-- the KL reference is the same model with its adapters off (``BaseModelScorer``), which is the initial
+- the KL reference is the same model with its adapters off (``trainers.scoring.BaseModelScorer``), which is the initial
   model, since the base weights never train: no second copy is held (RAGEN's ``ref_in_actor``);
 - another engine (vLLM) and a checkpoint's ``model.safetensors`` get the merged weights W + (alpha/r) B A
   under the base model's own names (``merged``), computed from a state dict, the live model untouched;
@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 from trainers.freeze import freeze_bottom
-from trainers.scoring import TokenScorer
 
 ADAPTER = "default"  # peft's adapter name
 PEFT_PREFIX = "base_model.model."  # a PeftModel's prefix of the keys in its adapter file
@@ -89,14 +88,6 @@ def adapters_off(model):
             layer.enable_adapters(True)
         for p, flag in flags:
             p.requires_grad_(flag)
-
-
-class BaseModelScorer(TokenScorer):
-    """The KL reference under LoRA: the policy's own model with its adapters off, without gradients."""
-
-    def forward(self, *args, **kwargs):
-        with torch.no_grad(), adapters_off(self.model):
-            return super().forward(*args, **kwargs)
 
 
 def _scales(model) -> dict[str, float]:

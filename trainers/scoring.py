@@ -62,8 +62,6 @@ def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, Toke
     critic_trunk = copy.deepcopy(model).train() if gae and config.critic == "separate" else None
     reference = None
     if config.beta > 0 and config.lora_rank:
-        from trainers.lora import BaseModelScorer
-
         reference = BaseModelScorer(model, None, config.rollout.sampling.temperature, banned=banned)
     elif config.beta > 0:
         reference = TokenScorer(copy.deepcopy(model).eval().requires_grad_(False), None,
@@ -71,3 +69,14 @@ def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, Toke
     scorer = TokenScorer(model, value_head, config.rollout.sampling.temperature, critic_trunk=critic_trunk,
                          detach_value=not config.critic_backprop, banned=banned)
     return scorer, reference
+
+
+class BaseModelScorer(TokenScorer):
+    """The KL reference under LoRA: the policy's own model with its adapters off (``trainers.lora``), without
+    gradients."""
+
+    def forward(self, *args, **kwargs):
+        from trainers.lora import adapters_off  # peft only where LoRA is on
+
+        with torch.no_grad(), adapters_off(self.model):
+            return super().forward(*args, **kwargs)
