@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 DEFAULT_MODEL_NAME = "the embedded default model (SmolLM2-135M-Instruct)"
-PLOTTED = [("mi/mi_est", "MI-Est (nats/token)"), ("mi/conditional_entropy", "H(Z|X) (nats/token)"),
-           ("reasoning_length", "reasoning length (tokens)")]
+PLOTTED = [("mi/mi_est", "MI-Est (nats/token)"), ("mi_code/mi_zscore_ema", "MI-ZScore-EMA (the warning's)"),
+           ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("reasoning_length", "reasoning length (tokens)")]
 
 
 def add_parser(sub):
@@ -95,7 +95,8 @@ def cmd_diagnose(args) -> int:
               **result}
     (out / "diagnosis.json").write_text(json.dumps(record, indent=1, default=float))
     print_table(result["rows"])
-    plot = draw(result["rows"], out / "diagnosis.png", f"{path.name}: scored by {model}")
+    plot = draw(result["rows"], out / "diagnosis.png", f"{path.name}: {result['verdict'].split(':')[0]}",
+                result["collapse_step"])
     print(f"{kind} {path}, scored by {model} ({args.scorer}): {note}")
     print(f"verdict: {result['verdict']}")
     print(f"written: {out / 'diagnosis.json'}, {plot}")
@@ -120,13 +121,14 @@ def print_table(rows: list[dict]) -> None:
         print("".join(cells) + f"  {std_text}  {'; '.join(row['notes'])}")
 
 
-def draw(rows: list[dict], out: Path, title: str) -> Path:
-    """diagnosis.png: Retrieval-Acc against chance, MI-Est, H(Z|X), reasoning length and the spread of the
-    groups' reward std (median line, quartile band) over the steps."""
+def draw(rows: list[dict], out: Path, title: str, collapse_step: int | None = None) -> Path:
+    """diagnosis.png: Retrieval-Acc against chance, MI-Est, the MI-ZScore-EMA the early warning watches,
+    H(Z|X), reasoning length and the spread of the groups' reward std (median line, quartile band) over the
+    steps; the verdict's collapse step, if any, a red dashed line in each."""
     from trainers.metrics import pyplot
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 5, figsize=(22, 3.8))
+    fig, axes = plt.subplots(1, 6, figsize=(26, 3.8))
     scored = [r for r in rows if "mi/retrieval_acc" in r]
     steps = [r["step"] for r in scored]
     axes[0].plot(steps, [r["mi/retrieval_acc"] for r in scored], marker="o", label="Retrieval-Acc")
@@ -134,7 +136,7 @@ def draw(rows: list[dict], out: Path, title: str) -> Path:
     axes[0].set_ylim(-0.05, 1.05)
     axes[0].legend(fontsize=7)
     axes[0].set_title("Retrieval-Acc", fontsize=10)
-    for ax, (key, label) in zip(axes[1:4], PLOTTED):
+    for ax, (key, label) in zip(axes[1:5], PLOTTED):
         points = [r for r in rows if key in r]
         ax.plot([r["step"] for r in points], [r[key] for r in points], marker="o")
         ax.set_title(label, fontsize=10)
@@ -143,16 +145,18 @@ def draw(rows: list[dict], out: Path, title: str) -> Path:
     if rewarded:
         at = [[q[round(p * (len(q) - 1))] for q in quartiles] for p in (0.25, 0.5, 0.75)]
         x = [r["step"] for r in rewarded]
-        axes[4].fill_between(x, at[0], at[2], alpha=0.2, label="quartiles")
-        axes[4].plot(x, at[1], marker="o", label="median")
-        axes[4].legend(fontsize=7)
+        axes[5].fill_between(x, at[0], at[2], alpha=0.2, label="quartiles")
+        axes[5].plot(x, at[1], marker="o", label="median")
+        axes[5].legend(fontsize=7)
     else:
-        axes[4].text(0.5, 0.5, "no reward statistics\n(groups of one sample)", ha="center", va="center",
-                     transform=axes[4].transAxes, color="grey")
-    axes[4].set_title("group reward std", fontsize=10)
+        axes[5].text(0.5, 0.5, "no reward statistics\n(groups of one sample)", ha="center", va="center",
+                     transform=axes[5].transAxes, color="grey")
+    axes[5].set_title("group reward std", fontsize=10)
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        if collapse_step is not None:
+            ax.axvline(collapse_step, color="red", linestyle="--", alpha=0.6)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
