@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ragen_envs.registry import env_for
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import diagnose_speed  # noqa: E402
@@ -17,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_batch_has_distinct_prompts_up_to_think_and_reasonings_of_the_asked_lengths(tokenizer):
-    prompts, reasonings = diagnose_speed.build_batch(tokenizer, "Ragen/FrozenLakeCoord-v0", 3, 2, 5, 9)
+    prompts, reasonings = diagnose_speed.build_batch(tokenizer, env_for("demo"), 3, 2, 5, 9)
     think = tokenizer.encode(diagnose_speed.THINK, add_special_tokens=False)
     assert len({tuple(x) for x in prompts}) == 3 and all(x[-len(think):] == think for x in prompts)
     assert [len(zs) for zs in reasonings] == [2, 2, 2]
@@ -27,7 +29,7 @@ def test_the_batch_has_distinct_prompts_up_to_think_and_reasonings_of_the_asked_
 def test_the_naive_loop_and_the_transformers_scorer_agree(tokenizer, tiny_model):
     from ragen_envs.agent.backends.transformers import TransformersPolicy
 
-    prompts, reasonings = diagnose_speed.build_batch(tokenizer, "Ragen/FrozenLakeCoord-v0", 3, 2, 4, 12)
+    prompts, reasonings = diagnose_speed.build_batch(tokenizer, env_for("demo"), 3, 2, 4, 12)
     naive = diagnose_speed.naive_loglik(tiny_model, prompts, reasonings)
     policy = TransformersPolicy(tiny_model, tokenizer, device="cpu", batch_size=2)
     ours = diagnose_speed.policy_loglik(policy, prompts, reasonings)
