@@ -62,12 +62,11 @@ wrong; FileNotFoundError for a missing path.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from pathlib import Path
 
-from ragen_envs.diagnose.readers import Record
+from ragen_envs.diagnose.readers import Record, first_object, json_object
 from ragen_envs.diagnose.texts import read_reasoning
 
 FORMAT = "RAGEN rollout dump"
@@ -151,12 +150,8 @@ def _kind(path: Path) -> str | None:
     """"pickle", "eval" (RAGEN's eval JSONL), "trainer" (its trainer's validation dump) or None."""
     if _is_pickle(path):
         return "pickle"
-    try:
-        with path.open(encoding="utf-8") as f:
-            first = json.loads(next((line for line in f if line.strip()), "null"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(first, dict):
+    first = first_object(path)
+    if first is None:
         return None
     if {"custom_id", "messages"} <= first.keys() and isinstance(first.get("metadata"), dict) \
             and "group_id" in first["metadata"]:
@@ -168,11 +163,8 @@ def _kind(path: Path) -> str | None:
 
 
 def _trajectory(line: str, step: int, pattern: str | None, tokenizer, reward: str, where: str) -> list[Record]:
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict):
+    data = json_object(line)
+    if data is None:
         raise ValueError(f"{where} is not a JSON object")
     messages, meta = data.get("messages"), data.get("metadata")
     if not isinstance(messages, list) or not isinstance(meta, dict):

@@ -44,12 +44,11 @@ Every problem with the input is a ValueError with one line naming the file.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from ragen_envs.agent.parsing import THINK_OPEN
-from ragen_envs.diagnose.readers import Record
+from ragen_envs.diagnose.readers import Record, first_object, json_object
 from ragen_envs.diagnose.texts import read_reasoning
 
 FORMAT = "verl rollout dump"
@@ -68,7 +67,7 @@ def matches(path: Path) -> bool:
     path = Path(path)
     try:
         files = step_files(path) if path.is_dir() else [path]
-        return bool(files) and all(key in (_first_object(files[0]) or {}) for key in KEYS)
+        return bool(files) and all(key in (first_object(files[0]) or {}) for key in KEYS)
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -201,11 +200,8 @@ def _file_records(path: Path, pattern: str | None, template: ChatTemplate | None
 
 def _line(line: str, where: str) -> dict:
     """A dump line's JSON object, its fields checked."""
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict):
+    data = json_object(line)
+    if data is None:
         raise ValueError(f"{where} is not a JSON object")
     missing = [key for key in KEYS if key not in data]
     if missing:
@@ -218,14 +214,3 @@ def _line(line: str, where: str) -> dict:
         raise ValueError(f"{where}: field '{wrong[0]}' has the wrong type (input and output are text, score a "
                          "number, step an integer)")
     return data
-
-
-def _first_object(path: Path) -> dict | None:
-    """The first non-empty line of a file as a JSON object, None when it is not one."""
-    with Path(path).open(encoding="utf-8") as f:
-        line = next((line for line in f if line.strip()), "")
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None

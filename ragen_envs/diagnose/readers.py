@@ -94,21 +94,27 @@ def usable_steps(records: list[Record]) -> list[int]:
     return usable
 
 
-def _first_object(path: Path) -> dict:
-    """The first non-empty line of a file, as a JSON object."""
+def first_object(path: Path) -> dict | None:
+    """The first non-empty line of a text file as a JSON object, None when it is not one (the readers of
+    each format recognise a file by it)."""
     try:
-        with path.open(encoding="utf-8") as f:
+        with Path(path).open(encoding="utf-8") as f:
             line = next((line for line in f if line.strip()), "")
     except UnicodeDecodeError:
-        line = ""
-    data = _object(line)
+        return None
+    return json_object(line)
+
+
+def _first_object(path: Path) -> dict:
+    """The first non-empty line of a file, as a JSON object."""
+    data = first_object(path)
     if data is None:
         raise ValueError(f"{path}: unknown format: its first line is not a JSON object (a generic JSONL file "
                          f"has one a line, with {', '.join(GENERIC_FIELDS)} and reasoning or response)")
     return data
 
 
-def _object(line: str) -> dict | None:
+def json_object(line: str) -> dict | None:
     """A line's JSON object, None when it holds none."""
     try:
         data = json.loads(line)
@@ -137,7 +143,7 @@ def _generic_records(path: Path, pattern: str | None) -> list[Record]:
 
 def generic_record(line: str, pattern: str | None, where: str) -> Record:
     """One generic JSONL line as a Record; a ValueError naming ``where`` for anything wrong with it."""
-    data = _object(line)
+    data = json_object(line)
     if data is None:
         raise ValueError(f"{where} is not a JSON object")
     if "group" not in data:

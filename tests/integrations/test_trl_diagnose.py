@@ -57,14 +57,6 @@ def constant_reward(completions, **kwargs):
     return [1.0] * len(completions)
 
 
-@pytest.fixture
-def model_path(tmp_path, tiny_model, tokenizer):
-    path = tmp_path / "tiny"
-    tiny_model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def grpo_args(tmp_path, steps, **kw):
     return GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,
                       max_steps=steps, learning_rate=1e-3, max_completion_length=64, logging_steps=1, report_to=[],
@@ -73,10 +65,10 @@ def grpo_args(tmp_path, steps, **kw):
 
 
 def test_the_callback_scores_each_due_generation_batch_once_with_the_weights_that_sampled_it(
-        tmp_path, model_path, tokenizer):
+        tmp_path, model_dir, tokenizer):
     collapse = CollapseCallback(every=2)
     rollout = Scripted(tokenizer)
-    trainer = GRPOTrainer(model=model_path, reward_funcs=[board_reward, collapse.probe], args=grpo_args(tmp_path, 3),
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=[board_reward, collapse.probe], args=grpo_args(tmp_path, 3),
                           train_dataset=prompts(), rollout_func=rollout, callbacks=[collapse])
     trainer.train()
     assert [h["step"] for h in collapse.history] == [0, 2] and len(rollout.models) == 3
@@ -85,7 +77,7 @@ def test_the_callback_scores_each_due_generation_batch_once_with_the_weights_tha
     # the first scored batch, scored again offline by a copy of the weights that sampled it
     first = collapse.history[0]
     assert first["mi/retrieval_chance"] == pytest.approx(0.5)  # 2 prompts a batch
-    sampler = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    sampler = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     sampler.load_state_dict(rollout.models[0])
     monitor = CollapseMonitor(TransformersPolicy(sampler.eval(), tokenizer, device="cpu"), tokenizer)
     again = monitor.update(0, *rollout.batches[0])
@@ -93,9 +85,9 @@ def test_the_callback_scores_each_due_generation_batch_once_with_the_weights_tha
     assert {k: first[k] for k in keys} == pytest.approx({k: again[k] for k in keys}, rel=1e-5)
 
 
-def test_the_probe_without_the_callback_says_what_is_missing(tmp_path, model_path, tokenizer):
+def test_the_probe_without_the_callback_says_what_is_missing(tmp_path, model_dir, tokenizer):
     collapse = CollapseCallback()
-    trainer = GRPOTrainer(model=model_path, reward_funcs=[board_reward, collapse.probe], args=grpo_args(tmp_path, 1),
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=[board_reward, collapse.probe], args=grpo_args(tmp_path, 1),
                           train_dataset=prompts(), rollout_func=Scripted(tokenizer))
     with pytest.raises(ValueError, match="not in the trainer's callbacks"):
         trainer.train()
@@ -113,8 +105,8 @@ def boards(tokenizer, inputs):
     return [tokenizer.decode(row).split("Board ")[1][0] for row in inputs["prompt_ids"]]
 
 
-def test_unkept_groups_leave_the_loss_through_the_completion_mask(tmp_path, model_path, tokenizer):
-    trainer = Recording(model=model_path, reward_funcs=board_reward, args=grpo_args(tmp_path, 2, loss_type="dapo"),
+def test_unkept_groups_leave_the_loss_through_the_completion_mask(tmp_path, model_dir, tokenizer):
+    trainer = Recording(model=model_dir, reward_funcs=board_reward, args=grpo_args(tmp_path, 2, loss_type="dapo"),
                         train_dataset=prompts(), rollout_func=Scripted(tokenizer))
     trainer.train()
     for inputs in trainer.seen:
@@ -128,12 +120,12 @@ def test_unkept_groups_leave_the_loss_through_the_completion_mask(tmp_path, mode
 # kept ratio 0.5 (one of two groups); under grpo's row mean the masked rows already halve the kept ones' loss
 @pytest.mark.parametrize("loss_type, scaling, factor", [
     ("dapo", "linear", 0.5), ("dapo", "sqrt", 0.5 ** 0.5), ("grpo", "none", 2.0), ("grpo", "linear", 1.0)])
-def test_the_loss_scaling_is_ragens_whatever_the_loss_type_normalises(tmp_path, model_path, tokenizer, loss_type,
+def test_the_loss_scaling_is_ragens_whatever_the_loss_type_normalises(tmp_path, model_dir, tokenizer, loss_type,
                                                                       scaling, factor):
     runs = {}
     for name, (kind, how) in {"raw": ("dapo", "none"), "scaled": (loss_type, scaling)}.items():
         args = grpo_args(tmp_path / name, 1, loss_type="dapo")  # one batch; the scale reads the loss type below
-        trainer = Recording(model=model_path, reward_funcs=board_reward, args=args, train_dataset=prompts(),
+        trainer = Recording(model=model_dir, reward_funcs=board_reward, args=args, train_dataset=prompts(),
                             rollout_func=Scripted(tokenizer), filter_loss_scaling=how)
         trainer.loss_type = kind
         trainer.train()
@@ -143,11 +135,11 @@ def test_the_loss_scaling_is_ragens_whatever_the_loss_type_normalises(tmp_path, 
     assert runs["scaled"][kept] == pytest.approx(runs["raw"][kept] * factor)
 
 
-def test_a_zero_advantage_is_not_removal_the_entropy_term_acts_unless_filtered(tmp_path, model_path, tokenizer):
+def test_a_zero_advantage_is_not_removal_the_entropy_term_acts_unless_filtered(tmp_path, model_dir, tokenizer):
     changed = {}
     for cls in (GRPOTrainer, FilteredGRPOTrainer):
         args = grpo_args(tmp_path / cls.__name__, 1, loss_type="dapo", entropy_coef=0.5)
-        trainer = cls(model=model_path, reward_funcs=constant_reward, args=args, train_dataset=prompts(),
+        trainer = cls(model=model_dir, reward_funcs=constant_reward, args=args, train_dataset=prompts(),
                       rollout_func=Scripted(tokenizer))
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         trainer.train()
@@ -163,13 +155,13 @@ def test_settings_the_filter_cannot_take_are_refused():
         FilteredGRPOTrainer(filtering=FilterConfig("top_p", 0.9, metric="entropy"))
 
 
-def test_trls_completions_table_is_read_back_and_diagnosed(tmp_path, model_path, tokenizer, tiny_policy):
+def test_trls_completions_table_is_read_back_and_diagnosed(tmp_path, model_dir, tokenizer, tiny_policy):
     from ragen_envs.diagnose import read_trl
     from ragen_envs.diagnose.offline import diagnose_records
 
     rollout = Scripted(tokenizer)
     args = grpo_args(tmp_path, 2, log_completions=True)
-    GRPOTrainer(model=model_path, reward_funcs=[board_reward, constant_reward], args=args, train_dataset=prompts(),
+    GRPOTrainer(model=model_dir, reward_funcs=[board_reward, constant_reward], args=args, train_dataset=prompts(),
                 rollout_func=rollout).train()
     assert read_trl.matches(tmp_path / "out") and len(read_trl.files(tmp_path / "out")) == 2
     with pytest.raises(ValueError, match="chat template is needed"):
