@@ -154,9 +154,7 @@ class TrainerBase:
                                   *(self.critic_trunk.parameters() if self.critic_trunk else [])] if p.requires_grad]
             groups.append({"params": critic, "lr": cfg.critic_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
-        # Each scope and family smooths its own sigma.
-        self.mi_emas = {name: mi.MIZScoreEMA(variant="code" if name.endswith("_code") else "paper")
-                        for name in ("first", "first_code", "traj", "traj_code")}
+        self.mi_emas = mi.scope_emas()
         self.iteration = 0
         self.empty_filter_streak = 0  # iterations in a row in which the filter kept nothing
         self.think_ids = list(self.tokenizer("<think>", add_special_tokens=False)["input_ids"])

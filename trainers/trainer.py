@@ -37,7 +37,6 @@ advantage whitening, which stays per rank). Rank 0 logs and writes checkpoints.
 
 from __future__ import annotations
 
-import random
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -225,7 +224,7 @@ class Trainer(TrainerBase):
     def mi_diagnostics(self, trajectories) -> dict:
         """The MI proxies of both scopes and families (``ragen_envs.diagnose.mi.diagnostics``)."""
         cfg = self.config
-        rng = random.Random(cfg.rollout.seed * 1_000_003 + self.iteration)
+        rng = mi.pair_rng(cfg.rollout.seed, self.iteration)
         with gathered(self.scorer, self.sharded):
             return mi.diagnostics(self.policy, trajectories, cfg.mi_first_turn_pairs, cfg.mi_trajectory_pairs, rng,
                                   self.mi_emas, self.think_ids,

@@ -26,6 +26,8 @@ The caller merges token-identical prompts into one column before building ``logl
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
 from ragen_envs.agent import vision
@@ -236,6 +238,20 @@ def through_think(prompt: TokenPrompt, think_ids: list[int]) -> TokenPrompt:
     prefilled it): the X under which its reasoning is scored."""
     ids = list(prompt)
     return TokenPrompt(ids if ids[-len(think_ids):] == think_ids else ids + think_ids, prompt.images)
+
+
+EMA_SCOPES = ("first", "first_code", "traj", "traj_code")  # one MI-ZScore EMA per scope and family
+
+
+def scope_emas() -> dict[str, "MIZScoreEMA"]:
+    """Fresh MI-ZScore EMAs for ``diagnostics``, one per scope and family (each smooths its own sigma)."""
+    return {name: MIZScoreEMA(variant="code" if name.endswith("_code") else "paper") for name in EMA_SCOPES}
+
+
+def pair_rng(seed: int, iteration: int) -> random.Random:
+    """The draw of the pairs a run scores at 0-based ``iteration`` (its rollout ``seed``): the trainer's, so
+    that a run diagnosed from disk scores the very same pairs."""
+    return random.Random(seed * 1_000_003 + iteration)
 
 
 def diagnostics(policy, trajectories, first_pairs: int, trajectory_draws: int, rng, emas: dict,

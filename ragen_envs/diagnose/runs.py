@@ -15,19 +15,17 @@ the trainer logged in metrics.jsonl for that iteration (tested).
 from __future__ import annotations
 
 import json
-import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ragen_envs.diagnose.mi import MIZScoreEMA, diagnostics
+from ragen_envs.diagnose.mi import diagnostics, pair_rng, scope_emas
 from ragen_envs.diagnose.monitor import CollapseMonitor
 from ragen_envs.diagnose.offline import judge, reward_row
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
-EMA_SCOPES = ("first", "first_code", "traj", "traj_code")  # the trainer's MI-ZScore EMAs, one per scope and family
 # the trainer's defaults, for a config.json that predates a field
 DEFAULTS = {"mi_first_turn_pairs": 64, "mi_trajectory_pairs": 64}
 
@@ -99,7 +97,7 @@ def diagnose_run(run: str | Path, load, fallback=None, progress=None) -> dict:
     config = {**DEFAULTS, **run_config(run)}
     fallback = fallback if fallback is not None else config.get("model")
     seed = int(config.get("rollout", {}).get("seed", 0))
-    emas = {name: MIZScoreEMA(variant="code" if name.endswith("_code") else "paper") for name in EMA_SCOPES}
+    emas = scope_emas()
     monitor = CollapseMonitor(None)  # its warning rule only: the proxies come from the replay
     rows, loaded, policy = [], None, None
     for step in plan(run):
@@ -117,7 +115,7 @@ def diagnose_run(run: str | Path, load, fallback=None, progress=None) -> dict:
                "scorer_lag": step.lag, "scorer_note": step.scorer_note}
         row.update(reward_row([float(t.episode_return) for t in trajectories], [t.group for t in trajectories]))
         think = list(policy.tokenizer("<think>", add_special_tokens=False)["input_ids"])
-        rng = random.Random(seed * 1_000_003 + step.iteration - 1)  # the trainer's draw at this iteration
+        rng = pair_rng(seed, step.iteration - 1)  # the trainer's draw at this iteration
         row.update(diagnostics(policy, trajectories, int(config["mi_first_turn_pairs"]),
                                int(config["mi_trajectory_pairs"]), rng, emas, think))
         firsts = [len(t.turns[0].reasoning_ids) for t in trajectories if t.turns and t.turns[0].reasoning_ids]
