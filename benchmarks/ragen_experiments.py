@@ -131,6 +131,9 @@ ABLATION = {  # the filter of each arm of the paper's ablation, over the main ta
     # one keeps the 3 of 8 highest-entropy groups, as many as "largest" keeps on average (0.38)
     "entropy_top_k": {**filtered(True, include_zero=True), "filter": "top_k", "filter_value": 0.375,
                       "filter_metric": "entropy"},
+    # the control of "largest": on each batch as many groups as it keeps, drawn at random, so that "which
+    # groups" and "fewer update steps" can be told apart (issue 66)
+    "random_k": {**filtered(True, include_zero=True), "filter_control": "random"},
 }
 
 
@@ -146,7 +149,8 @@ def ablation(args, arms: dict = ABLATION) -> list:
     """The paper's Sokoban ablation (no script of RAGEN's): PPO as the main table runs it (KL off, entropy
     0.001, top-p 0.9 over the softmax with zero-variance groups), with no filter, the largest reward std
     kept (the paper's filter), the smallest, and the largest reward mean or token entropy instead (by top-p,
-    and by entropy also as many groups as the reward-std filter keeps: ``entropy_top_k``)."""
+    and by entropy also as many groups as the reward-std filter keeps: ``entropy_top_k``), and the control
+    of ``largest``: as many groups as it keeps, drawn at random (``random_k``)."""
     unknown = [v for v in args.values if v not in arms]
     if unknown:
         raise SystemExit(f"{args.experiment} --values: {', '.join(unknown)} is not one of {', '.join(arms)}")

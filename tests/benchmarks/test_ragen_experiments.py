@@ -108,17 +108,20 @@ def test_the_slip_sweep_and_the_gradient_analysis_are_ragens():
 def test_the_ablation_arms_change_only_which_groups_the_filter_keeps():
     arms = {name.split("/")[1].rsplit("-seed", 1)[0]: c for name, c in configs(["ablation", "--model", "m"]).items()}
     assert list(arms) == ["filter-none", "filter-largest", "filter-smallest", "filter-mean", "filter-entropy",
-                          "filter-entropy_top_k"]
+                          "filter-entropy_top_k", "filter-random_k"]
     assert picked(arms["filter-none"], "filter_value", "include_zero") == (1.0, True)
     assert picked(arms["filter-largest"], *FILTER) == ("top_p", 0.9, True, "softmax", "largest", "std")
     assert picked(arms["filter-smallest"], "filter_order", "filter_metric") == ("smallest", "std")
     assert arms["filter-mean"].filter_metric == "mean" and arms["filter-entropy"].filter_metric == "entropy"
     assert picked(arms["filter-entropy_top_k"], "filter", "filter_value", "filter_metric") == (
         "top_k", 0.375, "entropy")
+    # the control of "largest": its rule, then as many groups at random
+    assert picked(arms["filter-random_k"], *FILTER) == picked(arms["filter-largest"], *FILTER)
+    assert (arms["filter-random_k"].filter_control, arms["filter-largest"].filter_control) == ("random", "none")
     shared = ("algorithm", "beta", "entropy_coef", "num_iterations", "learning_rate", "rollout")
     assert len({picked(c, *shared).__repr__() for c in arms.values()}) == 1
     with pytest.raises(SystemExit, match="not one of"):
-        configs(["ablation", "--model", "m", "--values", "largest,random"])
+        configs(["ablation", "--model", "m", "--values", "largest,randomk"])
 
 
 def test_the_stress_arms_keep_one_quartile_or_filter_inside_groups():
