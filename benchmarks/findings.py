@@ -568,7 +568,7 @@ def with_starts(args, out: Path, model: str, cells: list, results: list[dict], e
 CURVES = (("mi/retrieval_acc", "Retrieval-Acc (chance 1/P)"), ("mi_code/mi_zscore_ema", "MI z-score EMA"),
           ("mi/conditional_entropy", "H(Z|X) (nats/token)"), ("rollout/success", "training success"))
 # in curves.csv beside CURVES, not plotted: what a study's README quotes over iterations, checkable on a clone
-LOGGED = ("mi/mi_est", "policy/token_entropy", "rollout/response_length", "loss/kl")
+LOGGED = ("mi/mi_est", "policy/token_entropy", "rollout/response_length", "loss/kl", "loss/value")
 SMOOTH = 5  # iterations in curves.png's moving mean: every iteration plays new maps
 
 
