@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import random
 import re
 import string
 import time
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import gymnasium as gym
@@ -51,7 +52,8 @@ class Policy:
     # empty reply earns, or 0)
     reference: str = "empty reply"
     env_kwargs: dict = field(default_factory=dict)  # the env as this policy plays it (e.g. more attempts)
-    # plays the episodes itself, outside the chat loop ((env id, episodes) -> as ``play``); None: ``reply``
+    # plays the episodes itself, outside the chat loop ((env id, episodes, env kwargs) -> as ``play``); None:
+    # ``reply``
     player: Callable | None = None
 
 
@@ -332,7 +334,7 @@ STEP_SECONDS = 10.0  # a step slower than this is a hang (the ones found took 20
 def play(env_id: str, policy: Policy, episodes: int) -> tuple[float, float, str]:
     """(mean episode return, success rate, what broke: "" or why) of ``policy`` on seeds 0..episodes-1."""
     if policy.player is not None:
-        return policy.player(env_id, episodes)
+        return policy.player(env_id, episodes, policy.env_kwargs)
     chat = ChatEnv(env_id, ChatEnvConfig(max_turns=TURNS, prefill_think=False), **policy.env_kwargs)
     rng = random.Random(0)
     returns, wins, problem = [], [], ""
@@ -357,10 +359,10 @@ def play(env_id: str, policy: Policy, episodes: int) -> tuple[float, float, str]
     return sum(returns) / len(returns), sum(wins) / len(wins), problem
 
 
-def past_the_end(env_id: str, episodes: int) -> tuple[float, float, str]:
+def past_the_end(env_id: str, episodes: int, env_kwargs: dict) -> tuple[float, float, str]:
     """The oracle's actions played on after the episode was truncated by invalid steps: the reward
     earned after the end (mean per episode) and how often success turned true there."""
-    env = gym.make(env_id)
+    env = gym.make(env_id, **env_kwargs)
     oracle = env.get_wrapper_attr("oracle_action")
     returns, wins = [], []
     for seed in range(episodes):
@@ -383,11 +385,13 @@ def past_the_end(env_id: str, episodes: int) -> tuple[float, float, str]:
 COMMON.append(Policy("the oracle after the end", "exploit", None, player=past_the_end))
 
 
-def audit(env_ids: list[str], episodes: int) -> list[dict]:
+def audit(env_ids: list[str], episodes: int, env_kwargs: dict | None = None) -> list[dict]:
+    """A row per env and policy; ``env_kwargs``: every env made with these arguments (a study's setting, such
+    as Sokoban's ``reward="success"``), under each policy's own."""
     rows = []
     for env_id in env_ids:
-        probe = gym.make(env_id)
-        policies = COMMON + tricks(probe)
+        probe = gym.make(env_id, **(env_kwargs or {}))
+        policies = [replace(p, env_kwargs={**(env_kwargs or {}), **p.env_kwargs}) for p in COMMON + tricks(probe)]
         probe.close()
         results = {p.name: play(env_id, p, episodes) for p in policies}
         for p in policies:
@@ -412,9 +416,11 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=30, help="episodes per policy and env (seeds 0..N-1)")
     parser.add_argument("--envs", nargs="*", help="env ids (default: every catalogue env this machine can make)")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    parser.add_argument("--env-kwargs", type=json.loads, default={}, metavar="JSON",
+                        help='arguments every env is made with, e.g. \'{"reward": "success"}\' (a study\'s setting)')
     args = parser.parse_args(argv)
     env_ids = args.envs or usable_ids()
-    rows = audit(env_ids, args.episodes)
+    rows = audit(env_ids, args.episodes, args.env_kwargs)
     if args.markdown:
         print("| env | policy | class | mean reward | success | verdict |\n|---|---|---|---|---|---|")
         for r in rows:

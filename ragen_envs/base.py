@@ -60,6 +60,13 @@ MAX_ACTION_CHARS = 4096
 # is an invalid action (RAGEN would step it; no answer is a book)
 MAX_ANSWER_CHARS = 10_000
 
+# episodes an env with ``solution_lengths`` may draw in one reset before it says the lengths are out of reach
+# (a rare length, FrozenLake's 7 moves at size 4, takes about 150)
+LENGTH_ATTEMPTS = 2_000
+# the latest seeds' finds of those envs (a batch's groups), shared by the envs made alike in this process
+LENGTH_DRAWS_KEPT = 1_024
+_LENGTH_DRAWS: dict = {}
+
 INFO_KEYS = ("action_is_valid", "action_is_effective", "success", "episode_over")
 
 
@@ -89,13 +96,20 @@ class LLMEnv(gym.Env):
     #: chosen so that every allowed value resets quickly, and checked (``check_argument_bounds``) before
     #: the env's own code runs, however the env is made. docs/envs.md lists them (``registry.bounds_table``).
     argument_bounds: dict[str, Bounds] = {}
+    #: The optimal solution lengths a generated episode is drawn among (None: as generated), set by the envs
+    #: whose ``_new_episode`` reports ``optimal_solution_length`` and that take a ``solution_lengths``
+    #: argument (FrozenLake, Sokoban): a study's mix of difficulties, e.g. (1, 1, 6), two trivial boards
+    #: for one hard one.
+    solution_lengths: tuple[int, ...] | None = None
 
     def __new__(cls, *args, **kwargs):
         # Here rather than in __init__, so that every subclass's arguments meet their bounds first, made by
         # gym.make, by the class itself or by a subclass (a copy or an unpickling passes none).
-        if args or kwargs:
-            check_argument_bounds(cls, call_arguments(cls, args, kwargs))
-        return super().__new__(cls)
+        arguments = call_arguments(cls, args, kwargs) if args or kwargs else {}
+        check_argument_bounds(cls, arguments)
+        env = super().__new__(cls)
+        env._made_with = repr(sorted(arguments.items(), key=str))  # with the seed: which episode a reset draws
+        return env
 
     def __init__(self, max_steps: int, render_mode: str | None = None):
         check_positive_int("max_steps", max_steps)
@@ -171,7 +185,10 @@ class LLMEnv(gym.Env):
         self._elapsed_steps = 0
         self._terminated = False
         self._truncated = False
-        extra = self._new_episode(options)
+        if self.solution_lengths and not options:  # a given board (an option) is played as given
+            extra = self._episode_of_drawn_length(options)
+        else:
+            extra = self._new_episode(options)
         if transition_seed is not None:
             # The initial state is drawn; what follows comes from its own stream.
             if not isinstance(transition_seed, (int, np.integer)) or isinstance(transition_seed, bool) \
@@ -183,6 +200,31 @@ class LLMEnv(gym.Env):
         if self.render_mode == "human":
             self.render()
         return self._observation(), self._info(valid=True, effective=False, episode_over=False, **extra)
+
+    def _episode_of_drawn_length(self, options: dict[str, Any]) -> dict[str, Any]:
+        """A length drawn from ``solution_lengths``, then episodes drawn until one's ``optimal_solution_length``
+        is that length (all from ``np_random``: a seed still fixes the episode)."""
+        target = self.solution_lengths[int(self.np_random.integers(len(self.solution_lengths)))]
+        # A group's G envs reset with one seed: where an env alike found this seed's episode, start from the
+        # generator state that drew it (the same episode and the same state after, without the search)
+        key = (type(self), getattr(self, "_made_with", None), self.reset_seed) if self.reset_seed is not None else None
+        found = _LENGTH_DRAWS.get(key) if key is not None else None
+        if found is not None:
+            self.np_random.bit_generator.state = found
+        budget = Budget(LENGTH_ATTEMPTS, "episodes drawn", "solution_lengths", self.solution_lengths,
+                        f"no episode of {type(self).__name__} with these arguments came out {target} moves "
+                        "long; list lengths its episodes have (info['optimal_solution_length'] at reset)")
+        while True:
+            before = self.np_random.bit_generator.state
+            extra = self._new_episode(options)
+            if extra.get("optimal_solution_length") == target:
+                break
+            budget.spend()
+        if key is not None:
+            _LENGTH_DRAWS[key] = before
+            while len(_LENGTH_DRAWS) > LENGTH_DRAWS_KEPT:
+                _LENGTH_DRAWS.pop(next(iter(_LENGTH_DRAWS)))
+        return extra
 
     def step(self, action: str):
         if not self._started:
@@ -391,6 +433,19 @@ class Budget:
         if self.used > self.limit:
             raise GenerationBudgetError(f"generation took more than {self.limit:,} {self.unit} with "
                                         f"{self.argument}={_brief(self.value)}: {self.advice}", self.argument)
+
+
+def check_solution_lengths(lengths) -> tuple[int, ...] | None:
+    """An env's ``solution_lengths`` argument as a tuple (None: lengths as generated), or a ValueError: a
+    non-empty list of positive integers (each number's bounds are the env's ``argument_bounds``)."""
+    if lengths is None:
+        return None
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__") or not list(lengths) or any(
+            isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in lengths):
+        raise ValueError("solution_lengths must be None or a non-empty list of positive integers (the optimal "
+                         f"solution lengths episodes are drawn among, a length listed twice drawn twice as "
+                         f"often), got {_brief(lengths)}")
+    return tuple(int(n) for n in lengths)
 
 
 def check_choices(config) -> None:

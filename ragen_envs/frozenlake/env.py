@@ -34,9 +34,11 @@ At reset also ``optimal_solution_length``: the shortest path's length in moves (
 ## Arguments
 ``size=4``, ``p=0.8`` (frozen-tile probability), ``slip=0.0``, ``max_steps=100``,
 ``observation_format="grid"``, ``observation_type="text"``, ``render_mode`` (``ansi``,
-``rgb_array``, ``human``). Their bounds: ``argument_bounds`` (docs/envs.md's table). A map is drawn
-at most ``MAX_ATTEMPTS`` times (a GenerationBudgetError naming ``p`` past that; with start and goal
-side by side in one draw of 100 even at size 20, it never comes to that).
+``rgb_array``, ``human``), ``solution_lengths=None`` (a mix of difficulties: each map's shortest path is
+as many moves as a length drawn from this list, maps drawn until one is, e.g. ``(1, 6)``: half one-move
+maps, half six-move ones; None: as drawn, 1-7 moves at size 4). Their bounds: ``argument_bounds``
+(docs/envs.md's table). A map is drawn at most ``MAX_ATTEMPTS`` times (a GenerationBudgetError naming ``p``
+past that; with start and goal side by side in one draw of 100 even at size 20, it never comes to that).
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ from collections import deque
 import numpy as np
 
 from ragen_envs import rendering
-from ragen_envs.base import MAX_STEPS, Bounds, Budget
+from ragen_envs.base import MAX_STEPS, Bounds, Budget, check_solution_lengths
 from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, ObservationFormat, ObservationType, format_cells
 
 FROZEN, HOLE, GOAL, PLAYER, PLAYER_IN_HOLE, PLAYER_ON_GOAL = range(6)
 MAX_ATTEMPTS = 10_000  # maps drawn before giving up (only for p so low that paths are rare)
+SOLUTION_LENGTHS = Bounds(min=1, max=400, why="moves of the shortest path; a 20x20 lake's longest is under 400")
 
 # The two directions perpendicular to each move, for slipping.
 PERPENDICULAR = {"Up": ("Left", "Right"), "Down": ("Left", "Right"),
@@ -125,6 +128,7 @@ class FrozenLakeEnv(GridEnv):
         "p": Bounds(above=0, max=1, why="the chance that a tile is frozen"),
         "slip": Bounds(min=0, max=1, why="the chance that a move slips sideways"),
         "max_steps": MAX_STEPS,
+        "solution_lengths": SOLUTION_LENGTHS,
     }
 
     SYMBOLS = "_OGPX√"
@@ -132,11 +136,12 @@ class FrozenLakeEnv(GridEnv):
 
     def __init__(self, size: int = 4, p: float = 0.8, slip: float = 0.0, max_steps: int = 100,
                  observation_format: ObservationFormat = "grid", observation_type: ObservationType = "text",
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, solution_lengths: tuple[int, ...] | None = None):
         if not isinstance(size, int):  # its bounds: argument_bounds
             raise ValueError(f"size must be an integer, got {size!r}")
         super().__init__((size, size), max_steps, observation_format, observation_type, render_mode)
         self.size, self.p, self.slip = size, float(p), float(slip)
+        self.solution_lengths = check_solution_lengths(solution_lengths)
         self.instructions = INSTRUCTIONS + (SLIP_NOTE.format(slip=self.slip) if self.slip > 0 else "")
         self._holes = None
 

@@ -18,9 +18,10 @@ walls), or ``grid_coord`` (both). ``observation_type="image"`` gives an RGB arra
 Text, case-insensitive: ``"Up"``, ``"Down"``, ``"Left"``, ``"Right"``. Anything else is invalid:
 nothing changes, reward 0, ``info["action_is_valid"] = False``.
 
-## Reward (as gym-sokoban and RAGEN)
--0.1 per valid step, +1 for pushing a box onto a target, -1 for pushing one off, +10 when all boxes
-are on targets.
+## Reward
+``reward="shaped"`` (the default, as gym-sokoban and RAGEN): -0.1 per valid step, +1 for pushing a box onto
+a target, -1 for pushing one off, +10 when all boxes are on targets. ``reward="success"``: 1 on the step
+that puts the last box on its target, else 0 (a binary reward: no step penalty to rank episodes that fail).
 
 ## Episode end
 Terminated when every box is on a target (``info["success"]``). Truncated after ``max_steps`` calls to
@@ -43,16 +44,21 @@ cost; at 10x10 with 3 boxes about 3% of levels exceed it, the default rooms neve
 ``observation_format="grid"``, ``observation_type="text"``, ``symbols="#_O√XPS"`` (the ``grid`` symbols of
 wall, floor, target, box on target, box, player, player on target; RAGEN's SokobanDifferentGridVocab
 uses ``"W.GCBA@"``), ``render_mode`` (``ansi``,
-``rgb_array``, ``human``). Their bounds: ``argument_bounds`` (docs/envs.md's table). Arguments where no level
+``rgb_array``, ``human``), ``reward="shaped"`` (above), ``solution_lengths=None`` (a mix of difficulties: each
+level's optimal solution is as many moves as a length drawn from this list, levels generated until one is,
+e.g. ``(1, 1, 10)``: two one-push levels for each ten-move one; None: as generated, 1-13 moves at 6x6).
+Their bounds: ``argument_bounds`` (docs/envs.md's table). Arguments where no level
 turns up in ``generator.MAX_ATTEMPTS`` rooms carved raise a GenerationBudgetError naming ``dim_room``.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from ragen_envs import rendering
-from ragen_envs.base import MAX_STEPS, Bounds, check_positive_int
+from ragen_envs.base import MAX_STEPS, Bounds, check_positive_int, check_solution_lengths
 from ragen_envs.grid import ACTION_NAMES, DIRECTIONS, GridEnv, ObservationFormat, ObservationType, format_cells
 from ragen_envs.sokoban.generator import Level, generate_level
 from ragen_envs.sokoban.solver import solve
@@ -68,9 +74,13 @@ INSTRUCTIONS = """You are solving the Sokoban puzzle. You are the player; push a
 When you are right next to a box, you can push it by moving in the same direction.
 You cannot push a box through a wall, and you cannot pull a box.
 Symbols: {legend}.
-Rewards: -0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed off a target,
-+10 when every box is on a target.
+Rewards: {rewards}.
 Valid actions: Up, Down, Left, Right."""
+REWARDS = {  # each reward scheme in the instructions' words
+    "shaped": "-0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed off a target,\n"
+              "+10 when every box is on a target",
+    "success": "1 when every box is on a target, 0 otherwise",
+}
 TILE_NAMES = ("wall", "floor", "target", "box on target", "box", "player", "player on target")  # in tile order
 
 
@@ -100,6 +110,7 @@ class SokobanEnv(GridEnv):
         "max_steps": MAX_STEPS,
         "search_depth": Bounds(min=1, max=1000, why="moves of each reverse walk; four walks a room"),
         "solver_nodes": Bounds(min=1, max=50_000, why="states the solve at reset expands, each a few microseconds"),
+        "solution_lengths": Bounds(min=1, max=1000, why="moves of the optimal solution"),
     }
 
     SYMBOLS = "#_O√XPS"
@@ -110,8 +121,11 @@ class SokobanEnv(GridEnv):
     def __init__(self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
                  search_depth: int = 300, solver_nodes: int = 8000,
                  observation_format: ObservationFormat = "grid", observation_type: ObservationType = "text",
-                 symbols: str = SYMBOLS, render_mode: str | None = None):
+                 symbols: str = SYMBOLS, render_mode: str | None = None,
+                 reward: Literal["shaped", "success"] = "shaped", solution_lengths: tuple[int, ...] | None = None):
         rows, cols = _pair("dim_room", dim_room)
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(map(repr, REWARDS))}, got {reward!r}")
         if not isinstance(symbols, str) or len(symbols) != len(TILE_NAMES) or len(set(symbols)) != len(symbols) \
                 or any(ch.isspace() for ch in symbols):
             raise ValueError(f"symbols must be {len(TILE_NAMES)} different characters, one for each of "
@@ -130,7 +144,12 @@ class SokobanEnv(GridEnv):
         super().__init__((rows, cols), max_steps, observation_format, observation_type, render_mode)
         self.SYMBOLS = symbols  # the board's text, the legend and reset's "level" option all use them
         said = (WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET)  # the legend's order, as always
-        self.instructions = INSTRUCTIONS.format(legend=", ".join(f"{symbols[k]} {TILE_NAMES[k]}" for k in said))
+        self.instructions = INSTRUCTIONS.format(legend=", ".join(f"{symbols[k]} {TILE_NAMES[k]}" for k in said),
+                                                rewards=REWARDS[reward])
+        self.reward = reward
+        if reward == "success":
+            self.reward_range = (0.0, 1.0)
+        self.solution_lengths = check_solution_lengths(solution_lengths)
         self.dim_room = (rows, cols)
         self.num_boxes = num_boxes
         self.search_depth = search_depth
@@ -149,23 +168,30 @@ class SokobanEnv(GridEnv):
         return {"optimal_solution_length": None if solution is None else len(solution)}
 
     def _apply(self, action: str):
+        shaped, effective = self._move(action)
+        solved = self._is_success()
+        if self.reward == "success":
+            return float(solved), solved, effective
+        return shaped + solved * SOLVED_REWARD, solved, effective
+
+    def _move(self, action: str) -> tuple[float, bool]:
+        """Walk or push; the shaped reward of the move (its step, a box on or off a target) and whether it moved."""
         level = self._level
         dr, dc = DIRECTIONS[action]
         step = dr * level.cols + dc
         dest = self._player + step
         reward = STEP_PENALTY
         if level.walls.flat[dest]:
-            return reward, False, False
+            return reward, False
         if dest in self._boxes:
             land = dest + step
             if level.walls.flat[land] or land in self._boxes:
-                return reward, False, False
+                return reward, False
             self._boxes.remove(dest)
             self._boxes.add(land)
             reward += (land in level.targets) * BOX_ON_REWARD + (dest in level.targets) * BOX_OFF_PENALTY
         self._player = dest
-        solved = self._is_success()
-        return reward + solved * SOLVED_REWARD, solved, True
+        return reward, True
 
     def _is_success(self) -> bool:
         return self._level is not None and self._boxes <= self._level.targets

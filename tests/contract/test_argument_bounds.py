@@ -31,8 +31,8 @@ def _class(env_id):
 
 def numeric_arguments(cls) -> dict[str, object]:
     """The numeric parameters of ``cls.__init__`` (name -> default): annotated int or float (optionally
-    with None), or a pair of numbers by default; those a ``**`` parameter passes on to a config (Countdown's
-    generator settings) too."""
+    with None), a pair of numbers by default, or a tuple of integers (its default shown as ``(1,)``); those
+    a ``**`` parameter passes on to a config (Countdown's generator settings) too."""
     hints = typing.get_type_hints(cls.__init__)
     found = {}
     for name, parameter in inspect.signature(cls.__init__).parameters.items():
@@ -40,6 +40,8 @@ def numeric_arguments(cls) -> dict[str, object]:
         if options - {type(None)} <= {int, float} and options - {type(None)} \
                 or isinstance(parameter.default, tuple) and all(isinstance(v, int) for v in parameter.default):
             found[name] = parameter.default
+        elif any(typing.get_origin(o) is tuple and typing.get_args(o)[:1] == (int,) for o in options):
+            found[name] = (1,)  # a list of integers, None by default (solution_lengths): a list's shape
         if parameter.kind is parameter.VAR_KEYWORD and cls.__name__ == "CountdownEnv":
             found.update({f: getattr(CountdownConfig(), f) for f in CountdownConfig.__dataclass_fields__
                           if isinstance(getattr(CountdownConfig(), f), int)})

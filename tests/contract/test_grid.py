@@ -139,3 +139,48 @@ def test_images_differ_between_tiles(env_id):
             assert not np.array_equal(before, after)
             return
     pytest.fail("no action moved the player")
+
+
+def test_solution_lengths_mix_difficulties_and_a_seed_still_fixes_the_episode(env_id):
+    from ragen_envs import base
+
+    mix = (1, 1, 1, 5)  # how often each is drawn: tests/envs/test_frozenlake.py
+    env = gym.make(env_id, solution_lengths=mix)
+    assert {env.reset(seed=seed)[1]["optimal_solution_length"] for seed in range(20)} == {1, 5}
+    first = env.reset(seed=7)[0]
+    base._LENGTH_DRAWS.clear()  # found again without the shared finds: the same episode
+    assert gym.make(env_id, solution_lengths=mix).reset(seed=7)[0] == first
+    assert gym.make(env_id, solution_lengths=(5,)).reset(seed=7)[1]["optimal_solution_length"] == 5
+
+
+def test_envs_made_alike_share_a_seeds_find_instead_of_searching_again(env_id):
+    from ragen_envs import base
+
+    base._LENGTH_DRAWS.clear()
+    made = [gym.make(env_id, solution_lengths=(6,)) for _ in range(3)]
+    draws = []
+    for env in made:
+        inner = env.unwrapped
+        count = [0]
+        original = inner._new_episode
+
+        def counted(options, original=original, count=count):
+            count[0] += 1
+            return original(options)
+        inner._new_episode = counted
+        env.reset(seed=11, options={"transition_seed": len(draws)})
+        draws.append(count[0])
+    assert draws[0] > 1 and draws[1:] == [1, 1]  # 6-move episodes are rare: the first searched
+    assert len({env.unwrapped.render() for env in made}) == 1
+
+
+def test_solution_lengths_out_of_reach_or_malformed_say_so(env_id):
+    from ragen_envs.base import GenerationBudgetError
+
+    env = gym.make(env_id, solution_lengths=(300,))
+    with pytest.raises(GenerationBudgetError, match="came out 300 moves long") as error:
+        env.reset(seed=0)
+    assert error.value.argument == "solution_lengths"
+    for bad in [(), (0,), "12", (1.5,), True, [2, None]]:
+        with pytest.raises(ValueError, match="solution_lengths"):
+            gym.make(env_id, solution_lengths=bad)

@@ -192,3 +192,9 @@ def test_a_spent_map_budget_names_p():
     with pytest.raises(GenerationBudgetError, match=r"more than 2 maps drawn with p=1e-09: raise p") as error:
         generate_map(np.random.default_rng(0), 20, 1e-9, budget=budget)
     assert error.value.argument == "p" and budget.used == 3
+
+
+def test_a_length_listed_three_times_is_drawn_three_times_as_often():
+    env = gym.make("Ragen/FrozenLake-v0", solution_lengths=(1, 1, 1, 5))
+    lengths = [env.reset(seed=seed)[1]["optimal_solution_length"] for seed in range(400)]
+    assert set(lengths) == {1, 5} and 2.3 < lengths.count(1) / lengths.count(5) < 4  # 3 : 1, 95 % band

@@ -276,3 +276,19 @@ def test_a_spent_room_budget_names_dim_room():
             return
         budget.used = 0
     pytest.fail("no seed spent the budget")
+
+
+def test_the_success_reward_pays_one_for_the_solve_and_nothing_else():
+    env = make(reward="success")
+    words = env.unwrapped.instructions
+    assert env.unwrapped.reward_range == (0.0, 1.0) and "1 when every box is on a target, 0 otherwise" in words
+    assert "-0.1 per move" not in words and "-0.1 per move" in make().unwrapped.instructions
+    env.reset(options={"level": "#######\n#__P√_#\n#_____#\n#_X__O#\n#######"})
+    assert env.step("Right")[1] == 0.0  # a box pushed off its target costs nothing
+    assert env.step("Left")[1] == 0.0 and env.step("Up")[1] == 0.0  # nor does a step or a wall
+    env.reset(options={"level": "#######\n#_PXO√#\n#_____#\n#_____#\n#######"})
+    _, reward, terminated, _, info = env.step("Right")
+    assert (reward, terminated, info["success"]) == (1.0, True, True)
+    for making in (make, SokobanEnv):  # by gym.make, and the class itself
+        with pytest.raises(ValueError, match="reward'? must be one of 'shaped', 'success', got 'sparse'"):
+            making(reward="sparse")
