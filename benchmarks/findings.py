@@ -395,6 +395,61 @@ def rank_correlation_text(summary: dict, digits: int = 2) -> str:
     return f"{rho:+.{digits}f} ({seeds}, {summary['points']} points: no interval)"
 
 
+# Template collapse as issue 66 pre-registers it: the 10-iteration mean Retrieval-Acc below 2x chance while the
+# reasoning's entropy (token entropy and H(Z|X)) holds at 0.8x or more of its first 10 iterations' mean
+COLLAPSE_WINDOW, COLLAPSE_CHANCE, COLLAPSE_HOLD = 10, 2.0, 0.8
+
+
+def collapse_iteration(history: list[dict], window: int = COLLAPSE_WINDOW) -> int | None:
+    """The first iteration at which a run's MI rows of the last ``window`` iterations show template collapse
+    (``COLLAPSE_*``: mean Retrieval-Acc under 2x the mean chance, mean token entropy and mean H(Z|X) each at
+    least 0.8x its mean over the run's first ``window`` iterations); None where it never does (a run censored
+    at its end) or where the first window is near chance already (nothing to lose). Rows without MI
+    (iterations between ``mi_every``) are skipped."""
+    def number(value) -> bool:
+        return value is not None and value == value  # not missing, not nan
+
+    def mean(key, rows):
+        values = [r[key] for r in rows if number(r.get(key))]
+        return float(np.mean(values)) if values else float("nan")
+
+    scored = [r for r in history if number(r.get("mi/retrieval_acc"))]
+    if not scored:
+        return None
+    first_end = scored[0]["iteration"] + window
+
+    start = [r for r in scored if r["iteration"] < first_end]
+    if mean("mi/retrieval_acc", start) < COLLAPSE_CHANCE * mean("mi/retrieval_chance", start):
+        return None  # near chance from the start: no input dependence to lose
+    held = {key: mean(key, start) for key in ("policy/token_entropy", "mi/conditional_entropy")}
+    for row in scored:
+        if row["iteration"] < first_end - 1:
+            continue  # a whole window first
+        last = [r for r in scored if row["iteration"] - window < r["iteration"] <= row["iteration"]]
+        near_chance = mean("mi/retrieval_acc", last) < COLLAPSE_CHANCE * mean("mi/retrieval_chance", last)
+        holds = all(not mean(key, last) < COLLAPSE_HOLD * base for key, base in held.items() if base == base)
+        if near_chance and holds:
+            return int(row["iteration"])
+    return None
+
+
+def paired_bootstrap(a: dict, b: dict, draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean and 95 % bootstrap interval of arm ``a``'s held-out success minus arm ``b``'s, each a dict seed ->
+    ``val_wins`` (one "1"/"0" per board, the same boards for both arms of a seed): seeds drawn with
+    replacement, then boards within each, both arms on the drawn boards. Seeds in only one arm are left out."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return float("nan"), float("nan"), float("nan")
+    diffs = [np.array(list(a[k]), dtype=float) - np.array(list(b[k]), dtype=float) for k in seeds]
+    rng = np.random.default_rng(seed)
+    stats = np.empty(draws)
+    for i in range(draws):
+        picked = [diffs[j] for j in rng.integers(len(diffs), size=len(diffs))]
+        stats[i] = np.mean([d[rng.integers(len(d), size=len(d))].mean() for d in picked])
+    low, high = np.quantile(stats, [0.025, 0.975])
+    return float(np.mean([d.mean() for d in diffs])), float(low), float(high)
+
+
 def run_summary(history: list[dict]) -> dict:
     """A run's figures: proxies averaged over the later half of its iterations, once they have settled a
     little; the kept ratio and the phase timings over all of them."""
@@ -415,6 +470,9 @@ def run_summary(history: list[dict]) -> dict:
         "reply_length": mean("rollout/response_length", late),
         "kept_ratio": mean("filter/kept_ratio", history),
         "kept_trajectory_ratio": mean("filter/kept_trajectory_ratio", history),
+        # issue 66's template collapse (None: not in this run, censored at its last iteration)
+        "collapse_iteration": collapse_iteration(history),
+        "last_iteration": max((r["iteration"] for r in history), default=None),
     }
     for key in ("iteration", "rollout", "mi", "stats", "filter", "update"):
         out[f"{key}_s"] = mean(f"time/{key}_s", history)

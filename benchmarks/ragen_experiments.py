@@ -13,6 +13,8 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
                                                                # the filter keeps, by which metric; no script)
     python benchmarks/ragen_experiments.py stress              # its stress tests: one reward-std quartile only,
                                                                # the filter inside groups (no script)
+    python benchmarks/ragen_experiments.py collapse-frozenlake # issue 66's designs of a collapse the filter
+    python benchmarks/ragen_experiments.py collapse-sokoban    # should prevent (no script; collapse.json)
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
 ``--include-zero``, ``--kl-loss-type``, ``--checkpoint-step``) and the findings flags (``--help``); ``--reuse
 FOLDER`` copies in the cells another study has trained alike (the entropy sweep's coefficient 0 is the KL
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -166,7 +169,40 @@ def stress(args) -> list:
     return ablation(args, {**ABLATION, **STRESS})
 
 
-# name: (cells, its RAGEN defaults: tasks, algorithms, values, filter modes, iterations (None: the preset's))
+# Issue 66's designs of a run that should collapse without the filter and not with it (no RAGEN script; each
+# study README pre-registers its prediction and verdict). The arms: no filter; top-p 0.9 over the groups'
+# reward stds themselves, zero-variance groups dropped (the paper's rule: the fewest groups holding 90 % of
+# the variance); RAGEN's code's rule, top-p 0.9 over their softmax with zero-variance groups ranked; and the
+# control of the paper's rule: as many groups as it keeps, drawn at random.
+TOP_P_LINEAR = {**FILTER, "filter_prob_mode": "linear", **filtered(True)}
+COLLAPSE_ARMS = {"none": filtered(False), "top_p_linear": TOP_P_LINEAR,
+                 "top_p_softmax": {**SOFTMAX, **filtered(True, include_zero=True)},
+                 "random_k": {**TOP_P_LINEAR, "filter_control": "random"}}
+DESIGNS = {
+    # B: FrozenLake (coordinates), its binary reward, half one-move maps and half six-move ones in the 10-move
+    # budget (most groups all-win or all-lose: zero reward variance), Dr. GRPO (a zero-variance group's
+    # advantage is exactly 0, so only the entropy bonus acts on it), entropy 0.02 under the reply cap
+    "collapse-frozenlake": {"algorithm": "drgrpo", "beta": 0.0, "entropy_coef": 0.02, "mi_every": 2,
+                            "env_kwargs": {"solution_lengths": [1, 6]}},
+    # C: Sokoban (coordinates), +1 on the solve only, one-push levels and eight-move ones in the 10-move
+    # budget, PPO with its critic at 10x the actor, KL (k3) 0.01 to the start and entropy 0.01
+    "collapse-sokoban": {"algorithm": "ppo", "beta": 0.01, "kl_loss_type": "low_var_kl", "entropy_coef": 0.01,
+                         "mi_every": 2, "env_kwargs": {"reward": "success", "solution_lengths": [1, 8]}},
+}
+
+
+def collapse_design(args) -> list:
+    """Issue 66's designs B (``collapse-frozenlake``) and C (``collapse-sokoban``): ``DESIGNS``' settings, each arm
+    of ``COLLAPSE_ARMS`` (``--values``); MI every 2 iterations, for ``findings.collapse_iteration``."""
+    unknown = [v for v in args.values if v not in COLLAPSE_ARMS]
+    if unknown:
+        raise SystemExit(f"{args.experiment} --values: {', '.join(unknown)} is not one of {', '.join(COLLAPSE_ARMS)}")
+    return [(args.tasks[0], f"filter-{v}", {"filter": v}, {**DESIGNS[args.experiment], **COLLAPSE_ARMS[v]})
+            for v in args.values]
+
+
+# name: (cells, its defaults: tasks, algorithms, values, filter modes, iterations (None: the preset's), and
+# groups and group_size where the experiment's batch is not the preset's)
 EXPERIMENTS = {
     "main-table": (main_table, dict(tasks="sokoban,frozenlake,webshop,metamathqa,countdown",
                                     algos="PPO,DAPO,GRPO,DrGRPO", filters="filter,nofilter")),
@@ -178,6 +214,9 @@ EXPERIMENTS = {
     "gradient-analysis": (gradient_analysis, dict(tasks="sokoban", algos="PPO", iterations=101)),
     "ablation": (ablation, dict(tasks="sokoban", values=",".join(ABLATION))),
     "stress": (stress, dict(tasks="sokoban", values=",".join(STRESS))),
+    "collapse-frozenlake": (collapse_design, dict(tasks="frozenlake", values="none,top_p_linear,random_k",
+                                                  iterations=200, groups=16, group_size=8)),
+    "collapse-sokoban": (collapse_design, dict(tasks="sokoban", values=",".join(COLLAPSE_ARMS), iterations=150)),
 }
 # the probe of a checkpoint (run_sokoban_ppo_filter_grad_analysis_probe_ckpt.sh): KL and entropy both on
 PROBE = {"beta": 0.001, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}
@@ -236,6 +275,9 @@ def cells(args) -> dict[str, list]:
     out = {}
     for task, _, _, _ in arms:
         s = findings.preset_scale(args, env_for_task(task), defaults.get("iterations"))
+        if not args.quick:  # the experiment's own batch, where the flags leave it
+            s = replace(s, **{k: defaults[k] for k in ("groups", "group_size") if k in defaults
+                              and getattr(args, k) is None})
         out[task] = [(f"{name}-seed{seed}", {**labels, "seed": seed}, s, seed, fields) for seed in range(s.seeds)
                      for t, name, labels, fields in arms if t == task]
     return out
@@ -326,7 +368,8 @@ def gradient_trends(out, folder, task: str, task_cells) -> dict:
 # per experiment that has one: its setting (a label of its rows) and the arm the others are paired with;
 # the figures compared (the paper's ablation reports success, MI and entropy)
 REFERENCE = {"ablation": ("filter", "none"), "stress": ("filter", "largest"), "top-p-sweep": ("top_p", "nofilter"),
-             "kl-sweep": ("kl", "0"), "entropy-sweep": ("entropy", "0")}
+             "kl-sweep": ("kl", "0"), "entropy-sweep": ("entropy", "0"),
+             **{name: ("filter", "none") for name in DESIGNS}}
 CONTRASTED = ("val_success", "retrieval_acc", "mi_est", "token_entropy")
 
 
@@ -377,6 +420,35 @@ def contrasts_text(result: dict, reference: str) -> str:
         lines.append(f"{arm}: " + "; ".join(
             f"{figure} {f['mean'][0]:.3f} ({f[f'minus_{reference}'][0]:+.3f} [{f[f'minus_{reference}'][1]:+.3f}, "
             f"{f[f'minus_{reference}'][2]:+.3f}])" for figure, f in figures.items()))
+    return "\n".join(lines)
+
+
+def collapse_summary(rows: list[dict], reference: str = "none") -> dict:
+    """Per arm of a collapse design: each seed's iteration of template collapse (``findings.collapse_iteration``;
+    None: not by its last iteration, censored there), how many seeds collapsed, and its held-out success minus
+    the ``reference`` arm's on the same boards (``findings.paired_bootstrap`` over seeds and boards)."""
+    by_arm: dict[str, list[dict]] = {}
+    for row in rows:
+        by_arm.setdefault(str(row["filter"]), []).append(row)
+    wins = {arm: {r["seed"]: r["val_wins"] for r in arm_rows if r.get("val_wins")} for arm, arm_rows in by_arm.items()}
+    out = {}
+    for arm, arm_rows in by_arm.items():
+        times = {r["seed"]: r.get("collapse_iteration") for r in sorted(arm_rows, key=lambda r: r["seed"])}
+        out[arm] = {"collapse_iteration": times, "collapsed": sum(t is not None for t in times.values()),
+                    "seeds": len(times), "censored_at": max((r.get("last_iteration") or 0) for r in arm_rows),
+                    f"val_success_minus_{reference}": findings.paired_bootstrap(wins[arm], wins.get(reference, {}))}
+    return out
+
+
+def collapse_text(summary: dict, reference: str = "none") -> str:
+    """``collapse_summary`` a line per arm."""
+    lines = []
+    for arm, a in summary.items():
+        times = ", ".join(f"seed {k}: {'-' if t is None else t}" for k, t in a["collapse_iteration"].items())
+        mean, low, high = a[f"val_success_minus_{reference}"]
+        lines.append(f"{arm}: collapsed in {a['collapsed']} of {a['seeds']} seeds ({times}; '-': not by iteration "
+                     f"{a['censored_at']}); held-out success minus {reference} {mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+                     " (bootstrap over seeds and boards)")
     return "\n".join(lines)
 
 
@@ -451,6 +523,10 @@ def main(argv=None) -> list[dict]:
         result = contrasts(rows, key, reference)
         (out / "contrasts.json").write_text(json.dumps(result, indent=2) + "\n")
         print(contrasts_text(result, reference))
+    if args.experiment in DESIGNS and rows:
+        summary = collapse_summary(rows)
+        (out / "collapse.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(collapse_text(summary))
     settings = {f"{task}/{c[0]}": c[4] for task, t in by_task.items() for c in t}  # each cell's trainer fields
     (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     return rows

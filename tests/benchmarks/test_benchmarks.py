@@ -250,6 +250,40 @@ def test_the_slip_sweeps_curves_come_from_the_run_folders_and_stay_put_without_t
     assert (tmp_path / "curves.csv").read_text() == "kept"
 
 
+def history(retrieval, entropy, chance=0.125, every=2):
+    """Metrics rows as the trainer logs them: MI every ``every`` iterations, none between."""
+    rows = []
+    for i, (acc, h) in enumerate(zip(retrieval, entropy), start=1):
+        row = {"iteration": i, "policy/token_entropy": h}
+        if (i - 1) % every == 0:
+            row.update({"mi/retrieval_acc": acc, "mi/retrieval_chance": chance, "mi/conditional_entropy": h})
+        rows.append(row)
+    return rows
+
+
+def test_template_collapse_is_the_window_at_chance_while_entropy_holds():
+    falling = [0.9] * 20 + [0.15] * 20  # to chance (0.125) at iteration 21
+    assert findings.collapse_iteration(history(falling, [0.5] * 40)) == 29  # the first window mostly past 21
+    # the same fall with the entropy falling too (0.5 -> 0.3, under 0.8x): a narrowing, not the template kind
+    assert findings.collapse_iteration(history(falling, [0.5] * 20 + [0.3] * 20)) is None
+    assert findings.collapse_iteration(history(falling, [0.5] * 20 + [0.7] * 20)) == 29  # a rising entropy holds
+    assert findings.collapse_iteration(history([0.9] * 40, [0.5] * 40)) is None  # censored at its end
+    assert findings.collapse_iteration(history([0.2] * 40, [0.5] * 40)) is None  # at chance from the start
+    assert findings.collapse_iteration([{"iteration": 1, "policy/token_entropy": 0.5}]) is None  # no MI rows
+    summary = findings.run_summary(history(falling, [0.5] * 40))
+    assert (summary["collapse_iteration"], summary["last_iteration"]) == (29, 40)
+
+
+def test_the_paired_bootstrap_resamples_seeds_and_boards_of_both_arms_alike():
+    better = {0: "1101101101", 1: "1111011011", 2: "1011111101"}
+    worse = {0: "0100100100", 1: "0101001001", 2: "0010100100", 3: "1111111111"}  # seed 3: one arm only
+    mean, low, high = findings.paired_bootstrap(better, worse)
+    assert mean == pytest.approx(np.mean([0.7 - 0.3, 0.8 - 0.4, 0.8 - 0.3])) and 0 < low < mean < high
+    same = findings.paired_bootstrap(better, better)
+    assert same == (0.0, 0.0, 0.0)  # the same boards: no difference on any draw
+    assert np.isnan(findings.paired_bootstrap(better, {9: "1"})[0])
+
+
 def test_bootstrap_intervals_hold_the_statistic_and_need_enough_runs():
     success = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]  # loosely rising with x
     rows = [{"x": float(i), "val_success": float(y)} for i, y in enumerate(success)]
@@ -418,6 +452,19 @@ def test_the_reward_audit_finds_no_policy_earning_without_doing_the_task():
     assert [r for r in rows if r["verdict"].startswith("BUG")] == []
     oracle = {r["env"]: r["success"] for r in rows if r["policy"] == "oracle"}
     assert sum(oracle.values()) / len(oracle) > 0.5  # the table can tell doing the task from not
+
+
+def test_the_reward_audit_holds_a_study_setting_to_the_same_rule():
+    import reward_audit
+
+    # issue 66's design C: +1 on the solve only, on a mix of levels the audit's 5 turns can solve
+    setting = {"reward": "success", "solution_lengths": [1, 3]}
+    rows = reward_audit.audit(["Ragen/Sokoban-v0"], episodes=6, env_kwargs=setting)
+    assert [r for r in rows if r["verdict"].startswith("BUG")] == []
+    by = {r["policy"]: r for r in rows}
+    assert by["oracle"]["reward"] == by["oracle"]["success"] == 1.0  # one reward, for the solve
+    random_moves = by["random valid action"]
+    assert random_moves["reward"] == random_moves["success"] < 1  # no step penalty: a failure earns 0
 
 
 def test_the_learning_summary_pools_seeds_and_the_plot_is_written(tmp_path):

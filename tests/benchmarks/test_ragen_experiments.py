@@ -124,6 +124,46 @@ def test_the_ablation_arms_change_only_which_groups_the_filter_keeps():
         configs(["ablation", "--model", "m", "--values", "largest,randomk"])
 
 
+def test_the_collapse_designs_are_their_pre_registered_settings_with_one_filter_per_arm():
+    b = {n.split("/")[1].rsplit("-seed", 1)[0]: c for n, c in configs(["collapse-frozenlake"]).items()
+         if n.endswith("seed0")}
+    assert list(b) == ["filter-none", "filter-top_p_linear", "filter-random_k"]
+    none, top_p, control = b.values()
+    assert (none.algorithm, none.entropy_coef, none.beta, none.mi_every, none.num_iterations) == (
+        "drgrpo", 0.02, 0.0, 2, 200)
+    assert (none.rollout.n_groups, none.rollout.group_size) == (16, 8)  # P = 16 x G = 8, not the preset's 8 x 16
+    assert none.rollout.env_kwargs["solution_lengths"] == [1, 6] and none.rollout.env_kwargs["max_steps"] == 10
+    assert picked(top_p, *FILTER) == ("top_p", 0.9, False, "linear", "largest", "std")  # the paper's rule
+    assert picked(control, *FILTER) == picked(top_p, *FILTER) and control.filter_control == "random"
+    assert picked(none, "filter_value", "include_zero") == (1.0, True)
+    c = {n.split("/")[1].rsplit("-seed", 1)[0]: c for n, c in configs(["collapse-sokoban", "--seeds", "1"]).items()}
+    assert list(c) == ["filter-none", "filter-top_p_linear", "filter-top_p_softmax", "filter-random_k"]
+    ppo = c["filter-none"]
+    assert (ppo.algorithm, ppo.beta, ppo.kl_loss_type, ppo.entropy_coef, ppo.num_iterations) == (
+        "ppo", 0.01, "low_var_kl", 0.01, 150)
+    assert ppo.critic_lr == 10 * ppo.learning_rate  # the fixed critic
+    assert ppo.rollout.env_kwargs == {"max_steps": 10, "reward": "success", "solution_lengths": [1, 8]}
+    assert picked(c["filter-top_p_softmax"], "filter_prob_mode", "include_zero") == ("softmax", True)
+    assert picked(configs(["collapse-sokoban", "--quick"])["sokoban/filter-none-seed0"].rollout,
+                  "n_groups", "group_size") == (2, 4)
+    with pytest.raises(SystemExit, match="not one of"):
+        configs(["collapse-sokoban", "--values", "largest"])
+
+
+def test_the_collapse_summary_counts_seeds_censors_and_pairs_boards():
+    rows = [{"filter": "none", "seed": 0, "collapse_iteration": 60, "last_iteration": 200, "val_wins": "0010"},
+            {"filter": "none", "seed": 1, "collapse_iteration": None, "last_iteration": 200, "val_wins": "0100"},
+            {"filter": "top_p_linear", "seed": 0, "collapse_iteration": None, "last_iteration": 200, "val_wins": "1110"},
+            {"filter": "top_p_linear", "seed": 1, "collapse_iteration": None, "last_iteration": 200, "val_wins": "0111"}]
+    summary = rx.collapse_summary(rows)
+    assert summary["none"]["collapse_iteration"] == {0: 60, 1: None} and summary["none"]["collapsed"] == 1
+    assert summary["top_p_linear"]["collapsed"] == 0 and summary["top_p_linear"]["censored_at"] == 200
+    mean, low, high = summary["top_p_linear"]["val_success_minus_none"]
+    assert mean == pytest.approx(0.5) and low <= mean <= high
+    assert summary["none"]["val_success_minus_none"] == (0.0, 0.0, 0.0)
+    assert "collapsed in 1 of 2 seeds (seed 0: 60, seed 1: -" in rx.collapse_text(summary)
+
+
 def test_the_stress_arms_keep_one_quartile_or_filter_inside_groups():
     arms = {name.split("/")[1].rsplit("-seed", 1)[0]: c for name, c in configs(["stress", "--model", "m"]).items()}
     assert list(arms) == ["filter-q1", "filter-q2", "filter-q3", "filter-q4", "filter-trajectory"]
