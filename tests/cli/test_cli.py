@@ -359,6 +359,7 @@ def test_list_says_which_envs_lack_their_extra(capsys, monkeypatch):
 def test_presets_set_the_defaults_and_flags_override_them():
     from ragen_envs.cli import args as cli_args
     from trainers import TrainerConfig
+    from trainers.env_settings import PRESET_PARTS
 
     args = parse(["train", "--preset", "ragen2-main", "--env", SMOKE, "--algorithm", "ppo"])
     cfg = cli_args.build(TrainerConfig, args)
@@ -367,8 +368,8 @@ def test_presets_set_the_defaults_and_flags_override_them():
     assert (cfg.filter, cfg.filter_value, cfg.filter_prob_mode, cfg.mini_batch_size, cfg.num_iterations) == \
         ("top_p", 0.9, "softmax", 32, 400)
     assert cfg.advantage == "gae" and cfg.critic == "separate"
-    for entry in ENVIRONMENTS.values():  # each env's own part of the preset is its catalogue entry's
-        own = entry.presets.get("ragen2-main", {})
+    for entry in ENVIRONMENTS.values():  # each env's own part of the preset is its PRESET_PARTS entry
+        own = PRESET_PARTS.get(entry.id, {}).get("ragen2-main", {})
         run = TrainerConfig.from_preset("ragen2-main", entry.id).rollout
         chat = {"max_turns": 5, "max_actions_per_turn": 2, **own.get("rollout", {}).get("chat", {})}
         assert (run.chat.max_turns, run.chat.max_actions_per_turn) == (chat["max_turns"], chat["max_actions_per_turn"])

@@ -8,7 +8,7 @@ from typing import Literal
 import gymnasium as gym
 import pytest
 
-from ragen_envs import ENVIRONMENTS, EnvEntry, MissingExtraError
+from ragen_envs import CATALOGUE, ENVIRONMENTS, EnvEntry, MissingExtraError
 from ragen_envs.registry import register, type_mismatch, usable_ids
 from conftest import DEFAULT, env_params
 
@@ -102,6 +102,7 @@ def test_each_of_ragens_tasks_is_one_entry():
 
 
 ROOT = Path(__file__).resolve().parents[2]
+ENV_SETTINGS = Path("trainers/env_settings.py")  # the trainer layer's settings of each env, keyed by its id
 
 
 def _code_strings(path: Path) -> list[str]:
@@ -117,7 +118,8 @@ def _code_strings(path: Path) -> list[str]:
 def test_no_file_outside_an_envs_package_entry_and_test_names_its_id():
     """Every fact about an env is in its package and its catalogue entry: code elsewhere (the agent,
     trainers, CLI, server, benchmarks, shared tests, Makefile) reads the entry, by role or package,
-    and never writes an env id. The env's own test file (tests/test_<package>*.py) may."""
+    and never writes an env id. The env's own test file (tests/test_<package>*.py) may, and so may
+    trainers/env_settings.py, the trainer settings keyed by env id (its part of each preset, its organism's)."""
     ids = {e.id: e.package for e in ENVIRONMENTS.values()}
     pattern = re.compile("|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)))
     files = [*ROOT.glob("ragen_envs/**/*.py"), *ROOT.glob("trainers/**/*.py"), *ROOT.glob("benchmarks/**/*.py"),
@@ -128,11 +130,22 @@ def test_no_file_outside_an_envs_package_entry_and_test_names_its_id():
         texts = _code_strings(path) if path.suffix == ".py" else [path.read_text()]
         for env_id in {m.group(0) for text in texts for m in pattern.finditer(text)}:
             package = ids[env_id]
-            if rel == Path("ragen_envs/registry.py") or rel.parts[:2] == ("ragen_envs", package) or \
+            if rel in (Path("ragen_envs/registry.py"), ENV_SETTINGS) or rel.parts[:2] == ("ragen_envs", package) or \
                     (rel.parts[0] == "tests" and rel.name.startswith(f"test_{package}")):
                 continue
             offenders.append(f"{rel}: {env_id}")
     assert offenders == [], "\n".join(offenders)
+
+
+def test_the_trainers_env_settings_name_catalogue_ids_and_presets():
+    """trainers/env_settings.py keys each env's trainer settings by its catalogue id: a typo, or an env
+    removed from the catalogue, would leave settings that nothing reads; its preset names are presets."""
+    from trainers.config import PRESETS
+    from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
+
+    ids = {e.id for e in CATALOGUE}
+    assert set(PRESET_PARTS) - ids == set() and set(ORGANISM_SFT_PARTS) - ids == set()
+    assert {name for parts in PRESET_PARTS.values() for name in parts} - set(PRESETS) == set()
 
 
 @pytest.mark.parametrize("value, hint, classes, wanted", [

@@ -91,14 +91,15 @@ def test_the_learning_rate_warms_up_then_decays_to_zero():
 
 
 def test_an_envs_own_organism_settings_go_over_the_organisms():
-    """Sokoban's organism needs more epochs than the demo env's to read the board (its entry says so); the
+    """Sokoban's organism needs more epochs than the demo env's to read the board (its env settings say so); the
     library and `ragen sft --from-scratch` both take them, and a flag still wins."""
-    from ragen_envs.registry import ENVIRONMENTS, env_for_task
+    from ragen_envs.registry import env_for_task
     from trainers.config import organism_sft, organism_sft_settings
+    from trainers.env_settings import ORGANISM_SFT_PARTS
 
     sokoban, demo = env_for_task("sokoban"), env_for("demo")
-    assert ENVIRONMENTS[sokoban].organism_sft == {"epochs": 8, "multi_move": 0.25}
-    assert not ENVIRONMENTS[demo].organism_sft
+    assert ORGANISM_SFT_PARTS.get(sokoban, {}) == {"epochs": 8, "multi_move": 0.25}
+    assert not ORGANISM_SFT_PARTS.get(demo, {})
     assert organism_sft_settings([demo]) == ORGANISM_SFT and organism_sft([demo]) == organism_sft()
     assert organism_sft([sokoban]).epochs == 8 and organism_sft([sokoban]).episodes == ORGANISM_SFT["episodes"]
     assert parse(["sft", "--from-scratch", "--env", sokoban]).epochs == 8
