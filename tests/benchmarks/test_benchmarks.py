@@ -458,8 +458,10 @@ def test_the_reward_audit_holds_a_study_setting_to_the_same_rule():
     import reward_audit
 
     # issue 66's design C: +1 on the solve only, on a mix of levels the audit's 5 turns can solve
+    from ragen_envs.registry import env_for_task
+
     setting = {"reward": "success", "solution_lengths": [1, 3]}
-    rows = reward_audit.audit(["Ragen/Sokoban-v0"], episodes=6, env_kwargs=setting)
+    rows = reward_audit.audit([env_for_task("sokoban")], episodes=6, env_kwargs=setting)
     assert [r for r in rows if r["verdict"].startswith("BUG")] == []
     by = {r["policy"]: r for r in rows}
     assert by["oracle"]["reward"] == by["oracle"]["success"] == 1.0  # one reward, for the solve

@@ -151,10 +151,9 @@ def test_the_collapse_designs_are_their_pre_registered_settings_with_one_filter_
 
 
 def test_the_collapse_summary_counts_seeds_censors_and_pairs_boards():
-    rows = [{"filter": "none", "seed": 0, "collapse_iteration": 60, "last_iteration": 200, "val_wins": "0010"},
-            {"filter": "none", "seed": 1, "collapse_iteration": None, "last_iteration": 200, "val_wins": "0100"},
-            {"filter": "top_p_linear", "seed": 0, "collapse_iteration": None, "last_iteration": 200, "val_wins": "1110"},
-            {"filter": "top_p_linear", "seed": 1, "collapse_iteration": None, "last_iteration": 200, "val_wins": "0111"}]
+    rows = [{"filter": arm, "seed": seed, "collapse_iteration": at, "last_iteration": 200, "val_wins": wins}
+            for arm, seed, at, wins in [("none", 0, 60, "0010"), ("none", 1, None, "0100"),
+                                        ("top_p_linear", 0, None, "1110"), ("top_p_linear", 1, None, "0111")]]
     summary = rx.collapse_summary(rows)
     assert summary["none"]["collapse_iteration"] == {0: 60, 1: None} and summary["none"]["collapsed"] == 1
     assert summary["top_p_linear"]["collapsed"] == 0 and summary["top_p_linear"]["censored_at"] == 200
