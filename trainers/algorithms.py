@@ -16,6 +16,7 @@ micro-batches adds up to exactly the minibatch loss.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -160,11 +161,18 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var
     return torch.exp(diff) - diff - 1 if kind == "low_var_kl" else -diff
 
 
+class Target(NamedTuple):
+    """What a sample trains towards: its per-token (T-1,) advantages and, with a critic (GAE), the returns
+    its values regress to (None without one)."""
+    advantages: torch.Tensor
+    returns: torch.Tensor | None
+
+
 def advantages(layout, chosen: list[int], kind: str, values: list | None = None, gamma: float = 1.0,
                lam: float = 1.0, scale_rewards: str = "group", high_level_gamma: float | None = None
-               ) -> dict[int, tuple[torch.Tensor, torch.Tensor | None]]:
-    """Per chosen sample index (``layout``: a ``batch.Layout``): its (T-1,) advantages and, for GAE,
-    returns. ``kind="gae"`` (PPO) runs over a trajectory's segments joined in order, so a segment cut
+               ) -> dict[int, Target]:
+    """Per chosen sample index (``layout``: a ``batch.Layout``): its ``Target``, the (T-1,) advantages and,
+    for GAE, returns. ``kind="gae"`` (PPO) runs over a trajectory's segments joined in order, so a segment cut
     by the context cap bootstraps from the next one's values and gets the rewards after it; the
     advantages are then whitened over the chosen tokens. ``kind="group"`` gives one advantage per
     trajectory (counted once however many segments it has) to every generated token of its samples.
@@ -193,7 +201,7 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
         result, offset = {}, 0
         for i in chosen:
             n = advs[i].numel()
-            result[i] = (white[offset:offset + n], rets[i])
+            result[i] = Target(white[offset:offset + n], rets[i])
             offset += n
         return result
     first = {}
@@ -202,12 +210,12 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
     returns = torch.tensor([s.episode_return for s in first.values()], dtype=torch.float64)
     groups = torch.tensor([s.group for s in first.values()])
     per_trajectory = dict(zip(first, group_advantages(returns, groups, scale_rewards).tolist()))
-    return {i: (per_trajectory[samples[i].trajectory] * layout.mask(i), None) for i in chosen}
+    return {i: Target(per_trajectory[samples[i].trajectory] * layout.mask(i), None) for i in chosen}
 
 
-def scaled(advantages: dict, factor: dict[int, float]) -> dict:
-    """``advantages`` (of ``advantages``) with sample i's multiplied by ``factor[i]``; returns unchanged."""
-    return {i: (a * factor[i] if factor[i] != 1.0 else a, r) for i, (a, r) in advantages.items()}
+def scaled(targets: dict[int, Target], factor: dict[int, float]) -> dict[int, Target]:
+    """``targets`` (of ``advantages``) with sample i's advantages multiplied by ``factor[i]``; returns unchanged."""
+    return {i: t if factor[i] == 1.0 else t._replace(advantages=t.advantages * factor[i]) for i, t in targets.items()}
 
 
 def loss_terms(config, mask: torch.Tensor, norm: Normalizer, logp: torch.Tensor, entropy: torch.Tensor,

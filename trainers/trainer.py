@@ -142,7 +142,7 @@ class Trainer(TrainerBase):
         return rewards.normalized(every, runner.group_envs * self.world, cfg.reward_normalization_grouping,
                                   cfg.reward_normalization_method)
 
-    def _advantages(self, batch: "Prepared", metrics: dict) -> dict:
+    def _advantages(self, batch: "Prepared", metrics: dict) -> dict[int, alg.Target]:
         """The kept samples' advantages, after the no-grad pass where the update needs one."""
         cfg = self.config
         if self._needs_old_pass(len(batch.chosen)):  # only the micro-batches that hold kept samples
@@ -432,7 +432,7 @@ class Trainer(TrainerBase):
         # normalisers, so the gradient is exactly the same): a group whose episodes all scored alike.
         # The logged loss parts (entropy, approx_kl) then cover the samples that ran.
         if self._task_term_only(terms):
-            indices = [i for i in indices if bool(advantages[i][0].any())]
+            indices = [i for i in indices if bool(advantages[i].advantages.any())]
         # Normalisers and micro-batch counts of the whole (all-rank) minibatch: every rank
         # must run as many backward passes as the others, or DDP waits forever.
         sequences, tokens, micro = all_reduce(counted + [-(-len(indices) // mb)], self.world)
@@ -494,12 +494,13 @@ class Trainer(TrainerBase):
         have_stats = all(stats[layout.locate(i)[0]] is not None for i in indices)
         old_logp = stack([layout.stat(stats, "logp", i) for i in indices]) if have_stats else logp.detach()
         critic = cfg.advantage == "gae"
+        targets = [advantages[i] for i in indices]
         named, parts = alg.loss_terms(
-            cfg, batch.mask.to(self.device), norm, logp, entropy, old_logp, stack([advantages[i][0] for i in indices]),
+            cfg, batch.mask.to(self.device), norm, logp, entropy, old_logp, stack([t.advantages for t in targets]),
             ref_logp=stack([layout.stat(stats, "ref_logp", i) for i in indices]) if cfg.beta > 0 else None,
             values=values if critic else None,
             old_values=stack([layout.stat(stats, "values", i) for i in indices]) if critic else None,
-            returns=stack([advantages[i][1] for i in indices]) if critic else None)
+            returns=stack([t.returns for t in targets]) if critic else None)
         loss = sum(named.values()) if terms is None else sum(named[t] for t in terms if t in named)
         parts["loss/total"] = loss.item()
         # DDP averages gradients over ranks; the loss is a share of the all-rank sum, so undo the mean.
