@@ -142,20 +142,20 @@ docs: $(DEV)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(DEV)
-	$(PY) benchmarks/env_throughput.py
-	$(PY) benchmarks/rollout_throughput.py
-	$(PY) benchmarks/precision.py
+	$(PY) benchmarks/speed/env_throughput.py
+	$(PY) benchmarks/speed/rollout_throughput.py
+	$(PY) benchmarks/speed/precision.py
 
 # The env contract under hostile text, the env server under hostile clients and `ragen view` under hostile
 # files, longer than `make test` runs them; then what degenerate policies and policies that do not read the
 # task earn in every env (benchmarks/README.md keeps the tables).
 fuzz: $(DEV) system-packages
-	$(PY) benchmarks/env_fuzz.py --examples 500
-	$(PY) benchmarks/server_fuzz.py
-	$(PY) benchmarks/viewer_fuzz.py --examples 500
+	$(PY) benchmarks/audits/env_fuzz.py --examples 500
+	$(PY) benchmarks/audits/server_fuzz.py
+	$(PY) benchmarks/audits/viewer_fuzz.py --examples 500
 audit: $(DEV) system-packages
-	$(PY) benchmarks/reward_audit.py --markdown
-	$(PY) benchmarks/blind_audit.py --markdown
+	$(PY) benchmarks/audits/reward_audit.py --markdown
+	$(PY) benchmarks/audits/blind_audit.py --markdown
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) demo_out build site *.egg-info

@@ -80,7 +80,7 @@ class LLMEnv(gym.Env):
     #: The finite list of valid actions, or None where actions are open text (one per reply).
     valid_actions: list[str] | None = None
     #: (lowest, highest) reward of any one step, as each env's docstring states it; the fuzzer
-    #: (``benchmarks/env_fuzz.py``) holds every env to it.
+    #: (``benchmarks/audits/env_fuzz.py``) holds every env to it.
     reward_range: tuple[float, float] = (0.0, 1.0)
     #: The keys of ``reset(options=...)`` this env reads besides "transition_seed"; any other key is an
     #: error (a misspelt option silently ignored would play the wrong episode).

@@ -57,7 +57,7 @@ class EnvEntry:
     max_tokens: int | None = None
     roles: tuple[str, ...] = ()  # of ROLES
     # the task it is in RAGEN's experiment scripts (scripts/runs/*.sh, --tasks; e.g. "sokoban" is
-    # config/_2_sokoban.yaml's CoordSokoban), which benchmarks/ragen_experiments.py runs by that name
+    # config/_2_sokoban.yaml's CoordSokoban), which benchmarks/studies/ragen_experiments.py runs by that name
     ragen_task: str | None = None
     # `ragen view` may rebuild it to redraw a saved episode's boards: made with its catalogue kwargs it only
     # computes in memory (reads no file, fetches nothing, runs no program). False (the default) for an env

@@ -1,6 +1,6 @@
 """README.md's Layout (the code block under ``## Layout``) names every module: each package folder of
 ``ragen_envs/`` and ``trainers/`` (every folder with an ``__init__.py``) has an entry naming each of its
-``.py`` files but ``__init__.py`` and ``__main__.py``; every ``benchmarks/*.py`` is named; and every file or
+``.py`` files but ``__init__.py`` and ``__main__.py``; every ``benchmarks/*/*.py`` is named; and every file or
 folder the Layout names is there (no stale names).
 
 How the block reads: an entry starts at a line whose first word is a folder (``name/``) indented less than
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ragen_envs", "trainers")  # every module of every package folder under these is named
-SCRIPTS = ("benchmarks",)  # every *.py directly in these is named
+SCRIPTS = ("benchmarks/speed", "benchmarks/studies", "benchmarks/audits")  # every *.py directly in these is named
 UNNAMED = {"__init__.py", "__main__.py"}
 BLOCK = re.compile(r"^## Layout\n.*?^```[^\n]*\n(.*?)^```", re.S | re.M)
 HEAD = re.compile(r"( *)(\S+/)(?: +(.*))?$")

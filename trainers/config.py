@@ -108,7 +108,7 @@ class TrainerConfig:
     data_parallel: Literal["ddp", "fsdp"] = "ddp"
     # "bf16": fp32 master weights with bf16 autocast; "no": fp32 throughout; "auto": bf16 on GPUs and on
     # CPUs with native bf16 (avx512_bf16 / amx) for models of width >= 512 (trainers/model.py), else fp32
-    # (benchmarks/precision.py: without native bf16 a forward+backward ran 27x slower under bf16 autocast)
+    # (benchmarks/speed/precision.py: without native bf16 a forward+backward ran 27x slower under bf16 autocast)
     mixed_precision: Literal[PRECISIONS] = "auto"
     # recompute each decoder layer's activations in the update's backward pass instead of keeping them (Hugging
     # Face's gradient checkpointing, no KV cache): only the layers' inputs stay, for about one more forward

@@ -35,7 +35,7 @@ def model_name(model) -> str | None:
 
 # On a CPU with native bf16 (AMX), autocasting pays only where matmuls dominate a pass: measured here, one
 # GRPO update of SmolLM2-135M (width 576) took 20 s in bf16 and 33 s in fp32, of the 0.6M-parameter
-# organism (width 128) 1.6 s in bf16 and 0.7 s in fp32 (benchmarks/vs_trl.py, 2 cores).
+# organism (width 128) 1.6 s in bf16 and 0.7 s in fp32 (benchmarks/speed/vs_trl.py, 2 cores).
 CPU_BF16_MIN_WIDTH = 512
 
 

@@ -1,7 +1,7 @@
 """A tiny vision-language model folder, built here with no download: SmolVLM's architecture (Idefics3: a
 SigLIP-style vision encoder, pixel shuffle, a Llama decoder) at a few million random weights, with
 SmolLM2's tokenizer (the embedded model's) plus Idefics3's image tokens, an image processor config and a
-chat template that places each image. What the tests and ``benchmarks/visual_rollout.py`` run the image
+chat template that places each image. What the tests and ``benchmarks/speed/visual_rollout.py`` run the image
 path on; it sees nothing until trained. Real models of the family (SmolVLM, Idefics3) load the same way.
 
     python -m trainers.tiny_vlm OUT_DIR

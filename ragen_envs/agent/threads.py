@@ -1,6 +1,6 @@
 """torch's CPU threads for this process. Torch takes one per core; beside another busy process that
 oversubscribes the cores and its threads wait on each other at every operation (measured in
-``benchmarks/threads_under_load.py``), so by default a run takes only the cores others leave free."""
+``benchmarks/speed/threads_under_load.py``), so by default a run takes only the cores others leave free."""
 
 from __future__ import annotations
 

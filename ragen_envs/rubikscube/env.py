@@ -21,7 +21,7 @@ Arguments: ``scramble_depth`` (3: quarter turns from solved, 1 to 14), ``max_ste
 solved without looking: up to a rotation of the whole cube it has six positions, and eleven fixed moves
 (try a turn, undo it, try the next) solve every one of them within 20 steps. From depth 3 (120 positions)
 no fixed sequence of 20 moves can pass through more than a sixth of them, so the default reads the cube
-(``benchmarks/blind_audit.py``).
+(``benchmarks/audits/blind_audit.py``).
 
 ``reset(seed=s)`` scrambles the cube from ``s``; there are no random transitions after it. The
 scramble is exactly ``scramble_depth`` turns from solved: random moves, each one taking the cube one

@@ -20,7 +20,7 @@ the bonus, and only right numbers earn it. (RAGEN pays 0.5 for a legal wrong num
 could collect again and again by rewriting one cell: a departure on purpose.) Every placement's reward
 says whether it was right, so trial and error over a cell's candidates is a strategy; each wrong try
 costs the penalty and a turn of ``max_steps``, so it earns less than placing the right number, and the
-audit (``benchmarks/reward_audit.py``) measures it below the solver.
+audit (``benchmarks/audits/reward_audit.py``) measures it below the solver.
 
 Termination: terminated when the grid is solved; truncated after ``max_steps`` (81) actions.
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path[:0] = [str(BENCHMARKS / "studies"), str(BENCHMARKS / "audits")]
 
 import collapse_diagnostics  # noqa: E402
 import findings  # noqa: E402
@@ -570,7 +571,7 @@ def test_the_collapse_script_writes_both_runs_curves_and_plot(tmp_path, monkeypa
 
 
 def test_the_visual_rollout_benchmark_prints_both_runs_and_their_ratio():
-    out = subprocess.run([sys.executable, "benchmarks/visual_rollout.py", "--groups", "1", "--group-size", "1",
+    out = subprocess.run([sys.executable, "benchmarks/speed/visual_rollout.py", "--groups", "1", "--group-size", "1",
                           "--max-turns", "2", "--max-new-tokens", "2", "--repeats", "1"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     from ragen_envs.registry import ENVIRONMENTS
@@ -583,7 +584,7 @@ def test_the_visual_rollout_benchmark_prints_both_runs_and_their_ratio():
 
 def test_the_env_servers_protocols_hold_under_the_fuzzer():
     # on loopback, small: the session cap across protocols and after reaping, a slow request cut, a huge
-    # body refused with 413, hostile arguments answered with 4xx (benchmarks/server_fuzz.py: more)
+    # body refused with 413, hostile arguments answered with 4xx (benchmarks/audits/server_fuzz.py: more)
     pytest.importorskip("uvicorn", reason="the 'server' extra")
     import server_fuzz
 

@@ -1,4 +1,4 @@
-"""The audit's policies that do not read the task (benchmarks/blind_audit.py) run over every env; the
+"""The audit's policies that do not read the task (benchmarks/audits/blind_audit.py) run over every env; the
 envs' own test files hold what they find there (tests/envs/test_rubikscube.py, test_bandit.py)."""
 
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "audits"))
 
 import blind_audit  # noqa: E402
 from conftest import USABLE_IDS  # noqa: E402

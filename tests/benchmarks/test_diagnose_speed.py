@@ -1,4 +1,4 @@
-"""benchmarks/diagnose_speed.py on a tiny random model: the naive loop and the transformers scorer give the same
+"""benchmarks/speed/diagnose_speed.py on a tiny random model: the naive loop and the transformers scorer give the same
 log-likelihoods on the script's batch, and a whole run writes every row (never a timing's value)."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from ragen_envs.registry import env_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "speed"))
 
 import diagnose_speed  # noqa: E402
 
@@ -61,9 +61,9 @@ def test_the_table_names_a_scorer_that_could_not_run():
 @pytest.mark.slow
 def test_a_run_writes_each_scorer_and_says_why_vllm_is_missing(tmp_path, model_dir):
     out = tmp_path / "result.json"
-    printed = subprocess.run([sys.executable, "benchmarks/diagnose_speed.py", "--model", model_dir, "--prompts", "2",
-                              "--samples", "2", "--min-tokens", "3", "--max-tokens", "6", "--threads", "1",
-                              "--vllm-python", str(tmp_path / "none" / "python"), "--out", str(out)],
+    printed = subprocess.run([sys.executable, "benchmarks/speed/diagnose_speed.py", "--model", model_dir,
+                              "--prompts", "2", "--samples", "2", "--min-tokens", "3", "--max-tokens", "6",
+                              "--threads", "1", "--vllm-python", str(tmp_path / "none" / "python"), "--out", str(out)],
                              cwd=ROOT, capture_output=True, text=True, timeout=280, check=True).stdout
     result = json.loads(out.read_text())
     assert result["batch"]["pairs"] == 2 * 4 and result["machine"]["cores"] >= 1

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_smoke.sh cannot run here (no GPU), so what can be checked on a CPU is: it is valid bash,
+"""benchmarks/speed/gpu_smoke.sh cannot run here (no GPU), so what can be checked on a CPU is: it is valid bash,
 every flag it gives `ragen train` is one `ragen train` parses, and without CUDA it stops at once with
 one line saying so."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ragen_envs.cli.commands import build_parser
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_smoke.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed" / "gpu_smoke.sh"
 
 
 def test_it_is_valid_bash():

@@ -1,4 +1,4 @@
-"""benchmarks/vs_trl.py at the smallest scale, on a tiny random model: both sides run two iterations on the
+"""benchmarks/speed/vs_trl.py at the smallest scale, on a tiny random model: both sides run two iterations on the
 same settings and the result holds every phase, token count, memory peak and ratio (never a timing's value)."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl", reason="the 'trl' extra")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "speed"))
 
 import vs_trl  # noqa: E402
 
@@ -23,7 +23,7 @@ def test_two_iterations_each_side_give_phases_tokens_memory_and_ratios(tmp_path,
     tiny_model.save_pretrained(model)
     tokenizer.save_pretrained(model)
     out = tmp_path / "result.json"
-    printed = subprocess.run([sys.executable, "benchmarks/vs_trl.py", "--model", str(model), "--groups", "2",
+    printed = subprocess.run([sys.executable, "benchmarks/speed/vs_trl.py", "--model", str(model), "--groups", "2",
                               "--group-size", "2", "--max-turns", "2", "--max-new-tokens", "6", "--iterations", "2",
                               "--out", str(out)],
                              cwd=ROOT, capture_output=True, text=True, timeout=280, check=True).stdout

@@ -1,6 +1,6 @@
-"""The fuzzer (benchmarks/env_fuzz.py) over every registered env and its scoring variants, on a small
+"""The fuzzer (benchmarks/audits/env_fuzz.py) over every registered env and its scoring variants, on a small
 budget: hostile text and steps past the end keep the env contract. RAGEN_FUZZ_EXAMPLES=500 runs it
-longer (or `python benchmarks/env_fuzz.py --examples 500`)."""
+longer (or `python benchmarks/audits/env_fuzz.py --examples 500`)."""
 
 import os
 import time
@@ -12,7 +12,7 @@ import pytest
 from conftest import env_params
 from ragen_envs.registry import ENVIRONMENTS, ids_in
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "audits"))
 import env_fuzz  # noqa: E402
 import viewer_fuzz  # noqa: E402
 

@@ -83,9 +83,9 @@ def test_rewards_past_their_bounds_are_refused_by_name(kwargs, message):
         gym.make("Ragen/Bandit-v0", **kwargs)
 
 
-# -- what a policy that reads the names' form, not their meaning, earns (benchmarks/blind_audit.py) ------
+# -- what a policy that reads the names' form, not their meaning, earns (benchmarks/audits/blind_audit.py) -
 def _blind_audit():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "audits"))
     import blind_audit
 
     return blind_audit

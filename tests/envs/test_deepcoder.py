@@ -145,7 +145,7 @@ def test_builtin_problems():
 @needs_sandbox
 def test_reference_solutions_pass_their_tests():
     env = gym.make("Ragen/DeepCoder-v0").unwrapped
-    sample = problems.builtin()[::10]  # every problem is checked by benchmarks/env_throughput.py
+    sample = problems.builtin()[::10]  # every problem is checked by benchmarks/speed/env_throughput.py
     for problem in sample:
         env.problem = problem
         good, failed = env.evaluate(program_of(problem.solution, problem))

@@ -276,9 +276,9 @@ def test_a_spent_scramble_budget_names_scramble_depth():
         gym.make(ENV, scramble_depth=15)
 
 
-# -- what a policy that never reads the cube earns (benchmarks/blind_audit.py) -------------------------
+# -- what a policy that never reads the cube earns (benchmarks/audits/blind_audit.py) ------------------
 def _blind_audit():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "audits"))
     import blind_audit
 
     return blind_audit

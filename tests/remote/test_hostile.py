@@ -22,7 +22,7 @@ from ragen_envs.remote.server.app import Guard
 from tests.remote.test_server import LiveServer, app_client, error
 from conftest import DEFAULT, SMOKE
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "audits"))
 import server_fuzz  # noqa: E402
 
 

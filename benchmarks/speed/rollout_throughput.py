@@ -19,15 +19,17 @@ the time the model sat waiting (wall time minus time spent generating). These ro
 warm-started model on FrozenLakeCoord (``make demo``'s; ``--model`` overrides it): the untrained
 model's replies seldom hold a valid action, and a reply without one never reaches the env.
 
-    python benchmarks/rollout_throughput.py [--groups 2 --group-size 4 --max-turns 2 --max-new-tokens 32]
+    python benchmarks/speed/rollout_throughput.py [--groups 2 --group-size 4 --max-turns 2 --max-new-tokens 32]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +39,8 @@ from ragen_envs.agent import chat_encoding
 from ragen_envs.agent.async_rollout import AsyncRolloutRunner
 from ragen_envs.agent.backends.base import Generation, Policy
 from ragen_envs.registry import ENVIRONMENTS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))  # findings.py: benchmarks/studies/
 
 
 def naive(env_id: str, policy, config: RolloutConfig) -> tuple[int, int, int, float]:

@@ -15,7 +15,7 @@ Prints, in one run:
    generated problems' references): the share that pass (must be 100%), and the cost per submission
    and per test, bubblewrap next to the rlimit-only runner in a plain subprocess.
 
-    python benchmarks/env_throughput.py [--quick]
+    python benchmarks/speed/env_throughput.py [--quick]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ plays by the rules, such as always ``Down``; it may beat random, and the table s
 column reads ``contained``, ``legal``, or ``BUG`` (an exploit that earned something); the exit status
 is 1 when any row says BUG.
 
-    python benchmarks/reward_audit.py [--episodes 30] [--envs Ragen/Countdown-v0 ...] [--markdown]
+    python benchmarks/audits/reward_audit.py [--episodes 30] [--envs Ragen/Countdown-v0 ...] [--markdown]
 
 The policies that do not read the task at all, a fixed action sequence over the env's whole budget and a
 choice by the names' surface, are ``blind_audit.py``'s (``make audit`` runs both).

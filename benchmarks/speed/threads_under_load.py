@@ -3,7 +3,7 @@ work (forward and backward of a small transformer, the organism's scale) timed i
 candidate, quiet and beside ``--load`` busy processes (each spinning one core, as another job would),
 side by side with torch's default (one thread per core, OpenMP's spin-wait).
 
-    python benchmarks/threads_under_load.py [--load 1] [--steps 30] [--repeats 2]
+    python benchmarks/speed/threads_under_load.py [--load 1] [--steps 30] [--repeats 2]
 
 Candidates: torch's default; 1 thread; ``ragen``'s auto choice (``ragen_envs.agent.threads``: the cores
 the load leaves free); each of those with ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep at a barrier instead
@@ -76,7 +76,8 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=1, help="busy processes beside the work")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "threads_under_load.json")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).resolve().parents[1] / "results" / "threads_under_load.json")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores; quiet:", flush=True)
     quiet = measure(args.steps, args.repeats)

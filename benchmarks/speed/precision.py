@@ -6,7 +6,7 @@ Prints seconds and the bf16/fp32 time ratio for:
 - one forward + backward of the transformer body over 4 of those prompts (fp32 weights, with and
   without bf16 autocast; the LM head is left out to keep the run short).
 
-    python benchmarks/precision.py
+    python benchmarks/speed/precision.py
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ and the oracle on the same held-out seeds:
 The rule for a bug: a blind or surface policy whose held-out success reaches random + half of
 (oracle - random), unless the env's docs say why (``EXPLAINED``).
 
-    python benchmarks/blind_audit.py [--envs ...] [--seeds 200] [--markdown]
+    python benchmarks/audits/blind_audit.py [--envs ...] [--seeds 200] [--markdown]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ arguments that would run code, fetch or read a file) must be refused with the pr
 shown as a page without ``<script``, and never make the viewer run, connect or read what they name.
 ``tests/contract/test_env_fuzz.py`` runs it small.
 
-    python benchmarks/viewer_fuzz.py [--examples 200]
+    python benchmarks/audits/viewer_fuzz.py [--examples 200]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import gymnasium as gym
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.registry import ENVIRONMENTS, env_for
 
-from env_fuzz import in_child  # a sibling script: benchmarks/ is on the path of each
+from env_fuzz import in_child  # a sibling script: benchmarks/audits/ is on the path of each
 
 
 # -- the viewer's file loading (`ragen view`) ---------------------------------------------------------------

@@ -21,7 +21,7 @@ tokens/s: generated reply tokens per second of rollout, and per second of the wh
 ratio column is ours / TRL (below 1: ours takes less time or memory). The result, with the settings,
 the package versions and the commit, goes to benchmarks/results/vs_trl/result.json (``--out``).
 
-    python benchmarks/vs_trl.py [--model PATH] [--groups 4 --group-size 4 --max-turns 3 --max-new-tokens 64]
+    python benchmarks/speed/vs_trl.py [--model PATH] [--groups 4 --group-size 4 --max-turns 3 --max-new-tokens 64]
                                 [--iterations 5 --mi-every 5]
 """
 
@@ -40,6 +40,7 @@ from pathlib import Path
 from ragen_envs.registry import ENVIRONMENTS, env_for
 from trainers.config import CPU_QUICK_CHAT, CPU_QUICK_TOKENS, TrainerConfig, preset
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))  # findings.py: benchmarks/studies/
 SIDES = ("ours", "trl")
 PHASES = ("rollout", "scoring", "update", "total")
 QUICK = preset("cpu-quick")["rollout"]  # the default scale: cpu-quick's turns and tokens, 2 x 4 groups
@@ -65,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mi-every", type=int, default=1, help="ours' MI proxies at the first iteration and every "
                    f"this many (TrainerConfig.mi_every, RAGEN's compute_freq: {TrainerConfig.mi_every})")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_trl" / "result.json"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "vs_trl" / "result.json"))
     p.add_argument("--side", choices=SIDES, default=None, help=argparse.SUPPRESS)  # one side, in a child process
     p.add_argument("--side-out", default=None, help=argparse.SUPPRESS)
     return p
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.side:
         side(args)
         return None
-    import findings  # benchmarks/: run as a script, this folder is on the path
+    import findings  # benchmarks/studies/, on the path (above)
 
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "side", "side_out")}
     print(f"{args.env}: {args.iterations} GRPO iteration(s), P x G = {args.groups} x {args.group_size}, "

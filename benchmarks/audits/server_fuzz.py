@@ -6,7 +6,7 @@ deadline; that a huge body, declared or chunked, gets 413 before it is all sent;
 arguments on every route get a 4xx, a tool error or an error reply, never a 5xx. All of its traffic goes
 to that loopback server, bounded in count and time. ``tests/benchmarks/test_benchmarks.py`` runs it small.
 
-    python benchmarks/server_fuzz.py [--examples 200]
+    python benchmarks/audits/server_fuzz.py [--examples 200]
 """
 
 from __future__ import annotations

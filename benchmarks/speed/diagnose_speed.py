@@ -26,7 +26,7 @@ largest difference of each scorer's log-likelihoods (sums over Z's tokens) from 
 with the settings, the batch, the versions and the commit, goes to
 benchmarks/results/diagnose_speed/result.json (``--out``).
 
-    python benchmarks/diagnose_speed.py [--prompts 8 --samples 8 --repeats 1] [--scorers naive transformers vllm]
+    python benchmarks/speed/diagnose_speed.py [--prompts 8 --samples 8 --repeats 1] [--scorers naive transformers vllm]
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))  # findings.py: benchmarks/studies/
 SCORERS = ("naive", "transformers", "vllm")
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 THINK = "<think>"
@@ -276,7 +277,7 @@ def verdict(rows: dict, goal: float = 10.0, tolerance: float = 1e-3) -> str:
 
 
 def machine() -> dict:
-    import findings  # benchmarks/: run as a script, this folder is on the path
+    import findings  # benchmarks/studies/, on the path (above)
 
     from ragen_envs.agent.threads import busy_cores, usable_cores
 

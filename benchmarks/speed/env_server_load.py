@@ -8,14 +8,14 @@ the oracle's move before each step instead, which for Sokoban runs its solver), 
 server that every step was counted, and closes. Each level is bounded: ``--sessions-per-level`` sessions
 at most (default: 2 x the concurrency) and ``--level-timeout`` seconds.
 
-    python benchmarks/env_server_load.py [--env Ragen/Sokoban-v0 --levels 1 64 512 --steps 10]
+    python benchmarks/speed/env_server_load.py [--env Ragen/Sokoban-v0 --levels 1 64 512 --steps 10]
 
 ``--vs-openenv`` runs OpenEnv's WebSocket protocol instead (reset, steps, state, close per session) at 1,
 16 and 64 concurrent sessions, from client processes apart from the servers, against `ragen serve` and
 against openenv-core's own ``create_app`` serving the same env through a thin ``Environment``
 (``openenv_peer.py``), and prints the ratios:
 
-    python benchmarks/env_server_load.py --vs-openenv --env Ragen/FrozenLake-v0 [--steps 20 --rounds 3]
+    python benchmarks/speed/env_server_load.py --vs-openenv --env Ragen/FrozenLake-v0 [--steps 20 --rounds 3]
 
 The table is a measurement of this machine; the test suite asserts no time (tests/remote/test_server.py
 runs the same clients for correctness). "server CPU s" is the server process's CPU time during the
@@ -40,7 +40,7 @@ import numpy as np
 
 from ragen_envs.registry import ENVIRONMENTS, env_for
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"  # benchmarks/results/
 
 
 def cpu_seconds(pid: int) -> float:

@@ -20,21 +20,25 @@ What each iteration computes is the same in the first two rows (``tests/agent/te
 ``tests/trainers/test_trainer.py`` check that kept caches and skipped passes give the same tokens,
 log-probs and weights).
 
-    python benchmarks/iteration_time.py [--groups 4 --group-size 4 --max-turns 5 --max-new-tokens 128]
-    python benchmarks/iteration_time.py --organism --rows before now
+    python benchmarks/speed/iteration_time.py [--groups 4 --group-size 4 --max-turns 5 --max-new-tokens 128]
+    python benchmarks/speed/iteration_time.py --organism --rows before now
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
-import findings
 from ragen_envs.agent import ChatEnvConfig, RolloutConfig, SamplingConfig
 from ragen_envs.registry import ENVIRONMENTS, env_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))  # findings.py: benchmarks/studies/
+import findings  # noqa: E402
 
 PHASES = ("rollout", "mi", "stats", "filter", "probe", "update", "sync")  # sync: new weights into vLLM
 ROWS = ("before", "now", "frozen", "probe", "vllm", "vllm-frozen")

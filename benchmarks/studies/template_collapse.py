@@ -11,7 +11,7 @@ A run's record is written when it is done, so a stopped script resumes at the ne
 ``--diagnose-every K`` keeps each run's folder (``runs/<filter>``) for ``ragen diagnose``: a checkpoint
 every K iterations and the rollouts of the iterations those checkpoints sampled (1, K + 1, 2K + 1, ...).
 
-    python benchmarks/template_collapse.py [--entropy-coef 0.05 --slip 0.5 --iterations 40 --learning-rate 1e-3]
+    python benchmarks/studies/template_collapse.py [--entropy-coef 0.05 --slip 0.5 --iterations 40 --learning-rate 1e-3]
 Outputs go to benchmarks/results/template_collapse/: curves.csv, collapse.png and a record per run.
 """
 

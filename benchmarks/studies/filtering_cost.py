@@ -12,7 +12,7 @@ The paper: 26-41 % shorter steps with the filter, under 0.1 % of the time comput
 G = 1 (the paper's 32 x 1) cannot run here: a group of one has no reward variance to filter on, and the
 trainer refuses it.
 
-    python benchmarks/filtering_cost.py --quick     # 10-27 minutes on 2 CPU cores
+    python benchmarks/studies/filtering_cost.py --quick     # 10-27 minutes on 2 CPU cores
 Outputs go to benchmarks/results/filtering_cost[-quick]/.
 """
 

@@ -9,7 +9,7 @@ same number of tokens; the difference is the prompt: image placeholders against 
 vision encoder run on each new image. Prints, per run, prompt tokens prefilled, seconds, generated
 tokens/s and episodes/s, and the visual/text ratios; the median of ``--repeats`` runs.
 
-    python benchmarks/visual_rollout.py [--image-size 64] [--groups 8 --group-size 4 --max-turns 5]
+    python benchmarks/speed/visual_rollout.py [--image-size 64] [--groups 8 --group-size 4 --max-turns 5]
 """
 
 from __future__ import annotations

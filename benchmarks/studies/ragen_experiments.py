@@ -2,19 +2,20 @@
 in its ``docs/experiment_*.md``) as a set of cells, one training run per setting and seed, run and resumed
 cell by cell through findings.py (a stopped experiment goes on where it stopped).
 
-    python benchmarks/ragen_experiments.py main-table          # run_main_table_diff_algo.sh
-    python benchmarks/ragen_experiments.py top-p-sweep         # run_top_p_sweep.sh
-    python benchmarks/ragen_experiments.py kl-sweep            # run_kl_sweep.sh
-    python benchmarks/ragen_experiments.py entropy-sweep       # run_entropy_sweep.sh
-    python benchmarks/ragen_experiments.py slip-sweep          # run_frozen_lake_slipper_rate_sweep.sh
-    python benchmarks/ragen_experiments.py gradient-analysis   # run_sokoban_ppo_filter_grad_analysis.sh,
-                                                               # then its _probe_ckpt.sh on the final checkpoint
-    python benchmarks/ragen_experiments.py ablation            # the paper's Sokoban ablation table (which groups
-                                                               # the filter keeps, by which metric; no script)
-    python benchmarks/ragen_experiments.py stress              # its stress tests: one reward-std quartile only,
-                                                               # the filter inside groups (no script)
-    python benchmarks/ragen_experiments.py collapse-frozenlake # issue 66's designs of a collapse the filter
-    python benchmarks/ragen_experiments.py collapse-sokoban    # should prevent (no script; collapse.json)
+    python benchmarks/studies/ragen_experiments.py main-table          # run_main_table_diff_algo.sh
+    python benchmarks/studies/ragen_experiments.py top-p-sweep         # run_top_p_sweep.sh
+    python benchmarks/studies/ragen_experiments.py kl-sweep            # run_kl_sweep.sh
+    python benchmarks/studies/ragen_experiments.py entropy-sweep       # run_entropy_sweep.sh
+    python benchmarks/studies/ragen_experiments.py slip-sweep          # run_frozen_lake_slipper_rate_sweep.sh
+    python benchmarks/studies/ragen_experiments.py gradient-analysis   # run_sokoban_ppo_filter_grad_analysis.sh,
+                                                                       # then its _probe_ckpt.sh on the final checkpoint
+    python benchmarks/studies/ragen_experiments.py ablation            # the paper's Sokoban ablation table
+                                                                       # (which groups the filter keeps, by which
+                                                                       # metric; no script)
+    python benchmarks/studies/ragen_experiments.py stress              # its stress tests: one reward-std quartile
+                                                                       # only, the filter inside groups (no script)
+    python benchmarks/studies/ragen_experiments.py collapse-frozenlake # issue 66's designs of a collapse the filter
+    python benchmarks/studies/ragen_experiments.py collapse-sokoban    # should prevent (no script; collapse.json)
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
 ``--include-zero``, ``--kl-loss-type``, ``--checkpoint-step``) and the findings flags (``--help``); ``--reuse
 FOLDER`` copies in the cells another study has trained alike (the entropy sweep's coefficient 0 is the KL

@@ -2,7 +2,7 @@
 (``create_app``) serving a catalogue env through a thin OpenEnv ``Environment``, as an OpenEnv user
 would wrap it. Same WebSocket protocol at ``/ws``, same env, its own process.
 
-    python benchmarks/openenv_peer.py --env Ragen/FrozenLake-v0 --port 8001 [--max-sessions 64]
+    python benchmarks/speed/openenv_peer.py --env Ragen/FrozenLake-v0 --port 8001 [--max-sessions 64]
 """
 
 from __future__ import annotations

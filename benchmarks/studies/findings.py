@@ -40,6 +40,7 @@ import numpy as np
 from ragen_envs.registry import env_for
 from trainers.config import CPU_QUICK_CHAT, CPU_QUICK_TOKENS
 
+RESULTS = Path(__file__).resolve().parents[1] / "results"  # benchmarks/results/: what every room writes
 CELL_SAVE_STEPS = 5  # a cell's checkpoint interval: a stop loses at most this many iterations of it
 HELD_OUT_SEED = 100_000  # held-out env seeds start here; training seeds (from 0, or RAGEN's 10000) stay below
 
@@ -137,7 +138,7 @@ def training(args) -> dict:
 
 def results_folder(args, script: str, s: Scale | None = None) -> Path:
     """The results folder, with ``config.json``: the script's arguments and scale (``s``, else ``scale(args)``)."""
-    out = Path(args.out or Path(__file__).parent / "results" / (script + ("-quick" if args.quick else "")))
+    out = Path(args.out or RESULTS / (script + ("-quick" if args.quick else "")))
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.json"
     if not (getattr(args, "finished_only", False) and config.is_file()):  # a summary keeps the sweep's own record
@@ -224,7 +225,7 @@ def organism_parser(description: str) -> argparse.ArgumentParser:
 
 def organism_setup(args, script: str) -> tuple[str, str, Path]:
     """An organism study's env (the demo env), model (``--model`` or the organism) and results folder."""
-    out = Path(args.out or Path(__file__).parent / "results" / script)
+    out = Path(args.out or RESULTS / script)
     out.mkdir(parents=True, exist_ok=True)
     return WARM_ENV, warm_model(args), out
 
@@ -413,6 +414,7 @@ def collapse_iteration(history: list[dict], window: int = COLLAPSE_WINDOW) -> in
         values = [r[key] for r in rows if number(r.get(key))]
         return float(np.mean(values)) if values else float("nan")
 
+    history = [{"iteration": k, **r} for k, r in enumerate(history, start=1)]  # rows in order, where unnumbered
     scored = [r for r in history if number(r.get("mi/retrieval_acc"))]
     if not scored:
         return None
@@ -472,7 +474,7 @@ def run_summary(history: list[dict]) -> dict:
         "kept_trajectory_ratio": mean("filter/kept_trajectory_ratio", history),
         # issue 66's template collapse (None: not in this run, censored at its last iteration)
         "collapse_iteration": collapse_iteration(history),
-        "last_iteration": max((r["iteration"] for r in history), default=None),
+        "last_iteration": max((r.get("iteration", k) for k, r in enumerate(history, start=1)), default=None),
     }
     for key in ("iteration", "rollout", "mi", "stats", "filter", "update"):
         out[f"{key}_s"] = mean(f"time/{key}_s", history)

@@ -9,7 +9,7 @@ the first iteration and every ``--every`` iterations the policy plays ``--val-ep
 rollouts' temperature 1.0, and random valid actions play the same episodes.
 A seed's record is written when it is done, so a stopped script resumes at the next seed.
 
-    python benchmarks/organism_learning.py [--task sokoban] [--seeds 3 --iterations 60 --every 10]
+    python benchmarks/studies/organism_learning.py [--task sokoban] [--seeds 3 --iterations 60 --every 10]
 Outputs go to benchmarks/results/organism_learning[-<task>]/: curves.csv (a row per seed and evaluation),
 results.json (per evaluation and temperature: the mean over seeds, their range, the 95 % Wilson interval
 of the episodes pooled over seeds; and the lift, last evaluation minus the start, with its 95 % t
@@ -174,7 +174,7 @@ def main() -> None:
     args = p.parse_args()
     if args.task:
         env = env_for_task(args.task)
-        out = Path(args.out or Path(__file__).parent / "results" / f"organism_learning-{args.task}")
+        out = Path(args.out or findings.RESULTS / f"organism_learning-{args.task}")
         out.mkdir(parents=True, exist_ok=True)
         model = findings.warm_model(args, env)
     else:

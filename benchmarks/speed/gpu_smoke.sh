@@ -5,8 +5,8 @@
 # are two GPUs or more. Prints, per case, whether it ran, its wall seconds and the
 # trainer's own phase times (rollout, MI, update, weight sync) from the run's metrics.jsonl.
 #
-#   bash benchmarks/gpu_smoke.sh                      # Qwen2.5-0.5B-Instruct, every case this machine can run
-#   MODEL=Qwen/Qwen2.5-3B-Instruct GPUS=4 bash benchmarks/gpu_smoke.sh
+#   bash benchmarks/speed/gpu_smoke.sh                      # Qwen2.5-0.5B-Instruct, every case this machine can run
+#   MODEL=Qwen/Qwen2.5-3B-Instruct GPUS=4 bash benchmarks/speed/gpu_smoke.sh
 #
 # Needs the GPU install of docs/gpu.md (CUDA torch, vLLM for its case) and the model reachable (hub or path).
 # A failing case does not stop the others; the script exits non-zero if any failed. Its output folder is

@@ -9,8 +9,8 @@ mean kept ratio.
 The paper's prediction: return and MI fall as slip rises, and the filter's benefit fades at 80-100 %
 slip (reward variance then comes from the dice, not from the prompt).
 
-    python benchmarks/frozenlake_slip_sweep.py --quick     # a few minutes: 2 iterations of 2 x 4 a cell, 1 seed
-    python benchmarks/frozenlake_slip_sweep.py             # the organism preset, 3 seeds: many hours
+    python benchmarks/studies/frozenlake_slip_sweep.py --quick     # a few minutes: 2 iterations of 2 x 4 a cell, 1 seed
+    python benchmarks/studies/frozenlake_slip_sweep.py             # the organism preset, 3 seeds: many hours
 Outputs (CSV, JSON, PNG, per-cell results; the proxies over iterations in curves.csv and curves.png) go
 to benchmarks/results/frozenlake_slip_sweep[-quick]/.
 """

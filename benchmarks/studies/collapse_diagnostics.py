@@ -18,7 +18,7 @@ The paper: MI correlates about +0.39 with final performance, entropy -0.11 to -0
 runs (``--quick``: 4) a rank correlation is noise; the full default's 27 runs are few as well, and
 held-out success must differ across them by more than its sampling noise.
 
-    python benchmarks/collapse_diagnostics.py --quick     # 10-27 minutes on 2 CPU cores
+    python benchmarks/studies/collapse_diagnostics.py --quick     # 10-27 minutes on 2 CPU cores
 Outputs go to benchmarks/results/collapse_diagnostics[-quick]/.
 """
 

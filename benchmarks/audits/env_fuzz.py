@@ -13,7 +13,7 @@ keep the env contract (``ragen_envs/base.py``):
 Each env runs in a process of its own, so a step that hangs in C code (a huge integer) is caught by
 the parent's deadline and named with the action it was stepping.
 
-    python benchmarks/env_fuzz.py [--examples 200] [--envs Ragen/Countdown-v0 ...]
+    python benchmarks/audits/env_fuzz.py [--examples 200] [--envs Ragen/Countdown-v0 ...]
 
 ``make test`` runs it with a small budget (tests/contract/test_env_fuzz.py; RAGEN_FUZZ_EXAMPLES raises it).
 
