@@ -8,6 +8,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from conftest import SMOKE
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 EXTRAS = PROJECT["optional-dependencies"]
@@ -42,3 +44,24 @@ def test_the_license_is_an_spdx_string_and_the_metadata_builds_without_warnings(
     metadata = next(tmp_path.glob("*.dist-info")).joinpath("METADATA").read_text()
     assert "License-Expression: MIT" in metadata
     assert "Provides-Extra: gpu" in metadata and "Provides-Extra: tensorboard" in metadata
+
+
+def test_each_optional_module_is_brought_by_the_extra_its_hint_names():
+    from ragen_envs.extras import MODULE_EXTRAS
+
+    def normal(name: str) -> str:
+        return name.lower().replace("-", "_")
+    for module, extra in MODULE_EXTRAS.items():
+        assert extra in EXTRAS, f"{module}: no extra {extra!r} in pyproject.toml"
+        assert module in {normal(n) for n in names(extra)}, f"the {extra!r} extra does not list {module}"
+
+
+def test_a_missing_torch_is_named_with_its_extra_by_the_trainer_and_the_cli():
+    hint = 'it comes with the \'llm\' extra: pip install "ragen-envs[llm]"'
+    script = ("import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
+              "try:\n    from trainers import Trainer\nexcept ImportError as e:\n    print(e)\n"
+              "from ragen_envs.cli.commands import main\n"
+              f"sys.exit(main(['train', '--env', {SMOKE!r}, '--iterations', '1']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert f"trainers.Trainer: torch is not installed; {hint}" in done.stdout, done.stderr
+    assert done.returncode == 2 and hint in done.stderr and done.stderr.count("\n") == 1, done.stderr

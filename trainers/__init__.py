@@ -2,6 +2,7 @@
 
 from ragen_envs.diagnose.filtering import select_groups
 from ragen_envs.diagnose.mi import MIZScoreEMA, mi_metrics
+from ragen_envs.extras import missing_module_hint
 from trainers.config import TrainerConfig
 
 __all__ = ["MIZScoreEMA", "Trainer", "TrainerConfig", "mi_metrics", "select_groups"]
@@ -10,7 +11,12 @@ __all__ = ["MIZScoreEMA", "Trainer", "TrainerConfig", "mi_metrics", "select_grou
 def __getattr__(name):
     # The trainer pulls in torch and transformers; the pure-numpy parts above do not.
     if name == "Trainer":
-        from trainers.trainer import Trainer
-
+        try:
+            from trainers.trainer import Trainer
+        except ImportError as error:
+            hint = missing_module_hint(error)
+            if hint is None:
+                raise
+            raise ImportError(f"trainers.Trainer: {hint}", name=error.name) from error
         return Trainer
     raise AttributeError(name)

@@ -10,6 +10,7 @@ from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 from ragen_envs.diagnose.filtering import CONTROLS, LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
+from ragen_envs.extras import install_hint
 from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
 
 # What a setting is to a run, declared on its field (``role`` metadata; LEARNS when not declared): LEARNS, it
@@ -265,7 +266,7 @@ class TrainerConfig:
         tracker = self.report_to  # a tracker named is required; "auto" takes TensorBoard where installed
         if tracker != "auto" and importlib.util.find_spec(tracker) is None:  # its package and extra share its name
             raise ValueError(f"report_to={tracker!r} (--report-to {tracker}): {tracker} is not installed; "
-                             f"pip install {tracker}, or the extra: pip install -e \".[{tracker}]\"")
+                             f"{install_hint(tracker)}")
         if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
             raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
                              "torchrun); without sharding there is nothing to offload")
