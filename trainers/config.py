@@ -263,6 +263,9 @@ class TrainerConfig:
         if not self.lora_target_modules.strip(" ,"):
             raise ValueError(f"lora_target_modules must be module names or 'all-linear', "
                              f"got {self.lora_target_modules!r}")
+        if self.lora_rank and importlib.util.find_spec("peft") is None:  # said before any model loads
+            raise ValueError(f"lora_rank={self.lora_rank} (--lora-rank) trains LoRA adapters with peft, which is not "
+                             f"installed: {install_hint('lora')}")
         tracker = self.report_to  # a tracker named is required; "auto" takes TensorBoard where installed
         if tracker != "auto" and importlib.util.find_spec(tracker) is None:  # its package and extra share its name
             raise ValueError(f"report_to={tracker!r} (--report-to {tracker}): {tracker} is not installed; "
