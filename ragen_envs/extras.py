@@ -14,6 +14,17 @@ MODULE_EXTRAS = {
 }
 
 
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (False also where it was blocked, e.g. by
+    ``sys.modules[module] = None``, as a test does to play its absence)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def install_hint(extra: str) -> str:
     """The one line that installs ``extra``: from the package index, or from a clone of the repository."""
     return f'pip install "ragen-envs[{extra}]" (from a clone of the repository: pip install ".[{extra}]")'

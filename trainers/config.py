@@ -10,7 +10,7 @@ from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 from ragen_envs.diagnose.filtering import CONTROLS, LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
-from ragen_envs.extras import install_hint
+from ragen_envs.extras import install_hint, installed
 from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
 
 # What a setting is to a run, declared on its field (``role`` metadata; LEARNS when not declared): LEARNS, it
@@ -263,9 +263,8 @@ class TrainerConfig:
         if not self.lora_target_modules.strip(" ,"):
             raise ValueError(f"lora_target_modules must be module names or 'all-linear', "
                              f"got {self.lora_target_modules!r}")
-        if self.lora_rank and importlib.util.find_spec("peft") is None:  # said before any model loads
-            raise ValueError(f"lora_rank={self.lora_rank} (--lora-rank) trains LoRA adapters with peft, which is not "
-                             f"installed: {install_hint('lora')}")
+        if self.lora_rank and not installed("peft"):  # said before any model loads
+            raise ImportError(f"lora_rank > 0 (--lora-rank) needs peft, which is not installed: {install_hint('lora')}")
         tracker = self.report_to  # a tracker named is required; "auto" takes TensorBoard where installed
         if tracker != "auto" and importlib.util.find_spec(tracker) is None:  # its package and extra share its name
             raise ValueError(f"report_to={tracker!r} (--report-to {tracker}): {tracker} is not installed; "

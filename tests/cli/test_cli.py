@@ -329,7 +329,7 @@ def test_lora_without_peft_is_one_line_before_any_model_loads(capsys, monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
     assert main(TRAIN + ["--lora-rank", "8"]) == 2
-    assert 'peft, which is not installed: pip install "ragen-envs[lora]"' in capsys.readouterr().err
+    assert 'needs peft, which is not installed: pip install "ragen-envs[lora]"' in capsys.readouterr().err
 
 
 def test_debug_shows_the_traceback(capsys):
