@@ -2,7 +2,8 @@
 the bottom, the envs (``ragen_envs/<env>/``) above them, the agent (``ragen_envs/agent/``) above the
 envs with the public diagnosis of template collapse (``ragen_envs/diagnose/``), the trainers
 (``trainers/``) above the agent, and on top the command line, running envs
-elsewhere and the adapters (``ragen_envs/cli/``, ``remote/``, ``integrations/``). No module imports
+elsewhere, the adapters and the trainers' names re-served under ``ragen_envs`` (``ragen_envs/cli/``,
+``remote/``, ``integrations/``, ``training.py``). No module imports
 from a layer above its own, and below the agent nothing loads torch or transformers (env servers
 install the envs alone)."""
 
@@ -18,7 +19,7 @@ import pytest
 from conftest import DEFAULT
 
 ROOT = Path(__file__).parent.parent
-TOP = ("cli", "remote", "integrations")
+TOP = ("cli", "remote", "integrations", "training")
 AGENT = ("agent", "diagnose")  # the diagnosis of template collapse works on the agent's policies, no trainer
 LAYERS = ["contract", "envs", "agent", "trainers", "top"]
 
@@ -40,9 +41,11 @@ def layer(module: str) -> str | None:
         return "trainers"
     if parts[0] != "ragen_envs":
         return None
+    if len(parts) > 1 and parts[1] in TOP:
+        return "top"
     if len(parts) == 1 or (ROOT / "ragen_envs" / f"{parts[1]}.py").is_file():
         return "contract"
-    return "agent" if parts[1] in AGENT else "top" if parts[1] in TOP else "envs"
+    return "agent" if parts[1] in AGENT else "envs"
 
 
 def _module_name(path: Path) -> str:
@@ -67,6 +70,7 @@ def test_the_layers_are_the_folders():
     assert layer("ragen_envs.sokoban.env") == "envs" and layer("ragen_envs.agent.rollout") == "agent"
     assert layer("ragen_envs.diagnose") == layer("ragen_envs.diagnose.mi") == "agent"
     assert layer("trainers.trainer") == "trainers" and layer("ragen_envs.remote.server.app") == "top"
+    assert layer("ragen_envs.training") == "top"
 
 
 def test_import_and_make_load_no_torch():

@@ -69,3 +69,26 @@ def test_a_missing_torch_is_named_with_its_extra_by_the_trainer_and_the_cli():
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert f"trainers.Trainer: torch is not installed; {hint}" in done.stdout, done.stderr
     assert done.returncode == 2 and hint in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_the_trainers_names_are_served_under_ragen_envs_and_load_only_when_asked_for():
+    script = ("import sys, ragen_envs.training as t\n"
+              "print('trainers' in sys.modules, t.trainers_shadowed())\n"
+              "from ragen_envs.training import TrainerConfig\n"
+              "import trainers\n"
+              "print(TrainerConfig is trainers.TrainerConfig, 'torch' in sys.modules)\n"
+              "try:\n    t.nothing\nexcept AttributeError as e:\n    print('TrainerConfig' in str(e))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "None", "True", "False", "True"], done.stderr
+
+
+def test_a_trainers_folder_that_hides_the_package_is_named_by_the_library_and_the_cli(tmp_path):
+    (tmp_path / "trainers").mkdir()
+    (tmp_path / "trainers" / "__init__.py").write_text("")  # a user's own package of that name, in the cwd
+    script = ("try:\n    from ragen_envs.training import Trainer\nexcept ImportError as e:\n    print(e)\n"
+              "import sys; from ragen_envs.cli.commands import main\n"
+              f"sys.exit(main(['train', '--env', {SMOKE!r}, '--iterations', '1']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    said = f"'trainers' is imported from {tmp_path.resolve() / 'trainers' / '__init__.py'}, not from ragen-envs"
+    assert done.stdout.startswith(f"ragen_envs.training.Trainer: {said}"), (done.stdout, done.stderr)
+    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr

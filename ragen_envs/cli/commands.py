@@ -33,6 +33,7 @@ from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.agent.threads import set_threads
 from ragen_envs.registry import (CLIENTS, ENVIRONMENTS, NOT_IN_CATALOGUE, env_table, missing_modules,
                                  system_problem)
+from ragen_envs.training import trainers_shadowed
 
 # The policy fields `ragen sft` and `ragen train` take (they train a transformers model; train may roll
 # out with vLLM, loading the new weights into it after each update).
@@ -424,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(error).split()) or type(error).__name__
         if isinstance(error, ImportError) and missing_module_hint(error):  # "No module named 'torch'" says too little
             message = f"{message}: {missing_module_hint(error)}"
+        if trainers_shadowed() is not None:  # a user's own trainers/ folder fails in ways that name nothing
+            message = f"{message} ({trainers_shadowed()})"
         if isinstance(error, USER_ERRORS):
             print(f"ragen: error: {message}", file=sys.stderr)
             return 2
