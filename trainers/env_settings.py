@@ -46,15 +46,15 @@ PRESET_PARTS: dict[str, dict[str, dict[str, Any]]] = {
     # RAGEN's MediumSudoku: 30 placements (one a reply), 150 tokens a reply
     "Ragen/SudokuMedium-v0": {"ragen2-main": {"rollout": {"chat": {"max_turns": 30, "max_actions_per_turn": 1},
                                                           "sampling": {"max_new_tokens": 150}}}},
-    # RAGEN's game_2048: one move a reply, 256 tokens a reply, episodes of up to 700 moves
+    # RAGEN's game_2048: one move a reply, 256 tokens a reply, episodes of up to 700 moves. Its config also
+    # sets max_context_window 5, which RAGEN reads only in the single_turn and limited_multi_turn modes; the
+    # mode stays base.yaml's "full" there, so the whole episode is in the prompt, as here (the same below)
     "Ragen/2048-v0": {"ragen2-main": {"rollout": {"chat": {"max_turns": 700, "max_actions_per_turn": 1},
                                                   "sampling": {"max_new_tokens": 256}}}},
     # RAGEN's rubikscube (config/_10_rubikscube.yaml): 25 replies of up to 4 moves, 500 tokens a reply, the
-    # last 5 turns in the prompt; 20 moves an episode (max_steps' default), scrambled one turn deep
+    # whole episode in the prompt; 20 moves an episode (max_steps' default), scrambled one turn deep
     "Ragen/RubiksCube-v0": {"ragen2-main": {"rollout": {"chat": {"max_turns": 25, "max_actions_per_turn": 4},
-                                                        "sampling": {"max_new_tokens": 500},
-                                                        "context_window_mode": "limited_multi_turn",
-                                                        "max_context_window": 5},
+                                                        "sampling": {"max_new_tokens": 500}},
                                             "env_kwargs": {"scramble_depth": 1}}},  # RAGEN's; solvable blind
     # RAGEN's DeepCoder run (ragen/env/deepcoder/run.sh): 16 groups of 8, one reply of up to 5,000 tokens,
     # mini-batches of 4, 200 steps, top-p 0.9 (linear) without zero-variance groups

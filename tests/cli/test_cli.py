@@ -421,6 +421,9 @@ def test_the_eval_preset_is_ragens_validation_with_each_envs_own_settings():
         assert (val.n_groups, val.group_size, val.seed, val.sampling.temperature) == (512, 1, 123, 0.5)
         assert (val.chat, val.env_kwargs, val.sampling.max_new_tokens) == \
             (run.chat, run.env_kwargs, run.sampling.max_new_tokens)
+        # every RAGEN config leaves base.yaml's "full": RubiksCube's and 2048's max_context_window (5) is read
+        # only in the other modes (ragen/llm_agent/ctx_manager.py), so their prompts hold the whole episode
+        assert (run.context_window_mode, val.context_window_mode) == ("full", "full"), entry.id
     few = cli_args.build(RolloutConfig, parse(["eval", "--preset", "ragen2-main", "--env", SMOKE, "--groups", "2"]))
     assert few.n_groups == 2 and few.seed == 123
 
