@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import struct
+from collections import defaultdict
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterable
@@ -288,10 +290,41 @@ class _known(dict):
         raise ValueError(f"{self.where}: image {_shown(key)} is not in field 'images'")
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The chance that k samples drawn without replacement from n, c of which succeeded, hold a success:
+    1 - C(n-c, k) / C(n, k), the unbiased pass@k estimator from n >= k samples (Chen et al., 2021). At k = n
+    it is 1 when any of the n succeeded: RAGEN's pass@k, k its group size (es_manager.py)."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_at(trajectories: list[Trajectory], ks: Iterable[int] | None = None) -> dict[str, float]:
+    """``{"pass@k": ...}`` for each k of ``ks``: ``pass_at_k`` of each group of samples from one initial
+    state (the same env, group and seed), averaged over the groups. ``ks`` None: the smallest group's size
+    alone, RAGEN's pass@k (the share of groups with a success); {} where that is 1 (pass@1 is the success
+    rate). A k larger than a group is a ValueError naming the group size."""
+    groups = defaultdict(list)
+    for t in trajectories:
+        groups[(t.env_id, t.group, t.seed)].append(bool(t.success))
+    if not groups:
+        return {}
+    size = min(len(won) for won in groups.values())
+    if ks is None:
+        ks = [size] if size > 1 else []
+    out = {}
+    for k in ks:
+        if not 0 < k <= size:
+            raise ValueError(f"pass@{k} needs groups of at least {k} samples; these have {size} (--group-size)")
+        out[f"pass@{k}"] = sum(pass_at_k(len(won), sum(won), k) for won in groups.values()) / len(groups)
+    return out
+
+
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Episodes, success rate, return mean and std, format validity, turns, actions played per turn and
     response tokens per turn; grounding (the state facts the turns' reasonings state right, net of those
-    they state wrong: ``chat_env.grounding``) where the envs have facts."""
+    they state wrong: ``chat_env.grounding``) where the envs have facts; RAGEN's pass@k, k the group size,
+    where groups hold more than one sample (``pass_at``)."""
     n = len(trajectories)
     returns = [t.episode_return for t in trajectories]
     mean = sum(returns) / n
@@ -309,7 +342,7 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     }
     if grounded:
         out["grounding"] = sum(grounded) / len(grounded)
-    return out
+    return {**out, **pass_at(trajectories)}
 
 
 def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:

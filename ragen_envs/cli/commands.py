@@ -64,30 +64,43 @@ COLUMNS = [("episodes", "episodes"), ("success", "success"), ("random", "random_
            ("response_tokens", "response_length")]
 
 
-def per_env_metrics(trajectories, chat, labels: dict[str, str] | None = None) -> dict[str, dict[str, float]]:
+def per_env_metrics(trajectories, chat, labels: dict[str, str] | None = None,
+                    pass_k: list[int] | None = None) -> dict[str, dict[str, float]]:
     """Per env (named by ``labels`` where given): the rollout summary (success rate, mean return, format
-    validity, turns, tokens), and the success of random valid actions on the same episodes (nan for
-    open-text envs)."""
+    validity, turns, tokens, RAGEN's pass@k at the group size), the unbiased pass@k for each k of ``pass_k``,
+    and the success of random valid actions on the same episodes (nan for open-text envs)."""
     from ragen_envs.agent.baseline import random_success
-    from ragen_envs.agent.trajectory import rollout_metrics
+    from ragen_envs.agent.trajectory import pass_at, rollout_metrics
 
     chance = random_success(trajectories, chat)
     by_env = defaultdict(list)
     for t in trajectories:
         by_env[t.env_id].append(t)
-    return {(labels or {}).get(env_id, env_id): {**rollout_metrics(trajs),
+    return {(labels or {}).get(env_id, env_id): {**rollout_metrics(trajs), **pass_at(trajs, pass_k or []),
                                                  "random_success": chance.get(env_id, float("nan"))}
             for env_id, trajs in by_env.items()}
 
 
 def print_table(table: dict[str, dict[str, float]]) -> None:
-    """One row per env; "-" where a value does not exist (random actions on an open-text env)."""
+    """One row per env, COLUMNS and then any pass@k; "-" where a value does not exist (random actions on an
+    open-text env)."""
     width = max([28, *(len(name) + 1 for name in table)])
-    print(f"{'env':{width}s}" + "".join(f"{header:>16s}" for header, _ in COLUMNS))
+    passes = sorted({key for row in table.values() for key in row if key.startswith("pass@")},
+                    key=lambda key: int(key[5:]))
+    columns = COLUMNS + [(key, key) for key in passes]
+    print(f"{'env':{width}s}" + "".join(f"{header:>16s}" for header, _ in columns))
     for env_id, row in table.items():
-        cells = [f"{row[key]:16d}" if key == "episodes" else f"{'-':>16s}" if math.isnan(row[key])
-                 else f"{row[key]:16.3f}" for _, key in COLUMNS]
+        cells = [f"{row[key]:16d}" if key == "episodes" else f"{'-':>16s}" if math.isnan(row.get(key, math.nan))
+                 else f"{row[key]:16.3f}" for _, key in columns]
         print(f"{env_id:{width}s}" + "".join(cells))
+
+
+def pass_k_list(text: str) -> list[int]:
+    """``--pass-k``'s value: comma-separated positive integers."""
+    ks = [part.strip() for part in text.split(",") if part.strip()]
+    if not ks or not all(k.isdigit() and int(k) >= 1 for k in ks):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers such as 1,4,16, got {text!r}")
+    return sorted({int(k) for k in ks})
 
 
 def cmd_list(args) -> int:
@@ -113,6 +126,9 @@ def cmd_eval(args) -> int:
 
     config = cli_args.build(RolloutConfig, args)
     policy = cli_args.build(PolicyConfig, args)
+    if args.pass_k and args.pass_k[-1] > config.group_size:  # said before any model loads
+        raise ValueError(f"--pass-k {args.pass_k[-1]} needs groups of at least {args.pass_k[-1]} samples; "
+                         f"--group-size is {config.group_size}")
     # an OpenAI server's model is not here to check: its images go as chat messages
     seen_by = NO_MODEL if policy.backend == "openai" else policy.model
     mix = check_envs(parse_env_flags(args.env, config.n_groups), config, seen_by)
@@ -123,7 +139,7 @@ def cmd_eval(args) -> int:
     bar = progress.bar(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
     bar(config.chat.max_turns, active=0)
-    print_table(per_env_metrics(trajectories, config.chat, runner.labels()))
+    print_table(per_env_metrics(trajectories, config.chat, runner.labels(), args.pass_k))
     if args.save:
         save_or_keep(partial(save_jsonl, trajectories), args.save, "the trajectories")
         print(f"trajectories saved to {args.save}")
@@ -273,6 +289,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     cli_args.add_config(ev, RolloutConfig, "rollout")
     ev.add_argument("--save", default=None, help="write trajectories to this JSONL file")
     ev.add_argument("--show", action="store_true", help="print the first trajectory's conversation")
+    ev.add_argument("--pass-k", type=pass_k_list, default=None, metavar="K[,K...]",
+                    help="also the unbiased pass@k for each k, from each group's samples (k at most --group-size); "
+                         "RAGEN's pass@k, k the group size, is shown whenever groups hold more than one")
     ev.set_defaults(func=cmd_eval)
 
     tr = commands["train"] = sub("train", help="train a policy with PPO, GRPO, DAPO or Dr. GRPO")

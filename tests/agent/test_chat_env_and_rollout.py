@@ -10,7 +10,7 @@ from ragen_envs import CHARSET, ENVIRONMENTS, LLMEnv, TextSpace
 from ragen_envs.agent import (ChatEnv, ChatEnvConfig, RolloutConfig, RolloutRunner, SamplingConfig,
                               load_jsonl, save_jsonl)
 from ragen_envs.agent import chat_encoding
-from ragen_envs.agent.trajectory import rollout_metrics, think_span
+from ragen_envs.agent.trajectory import Trajectory, pass_at, pass_at_k, rollout_metrics, think_span
 from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS, env_params
 
 LEVEL = "#######\n#P_X_O#\n#_____#\n#_____#\n#######"
@@ -441,3 +441,21 @@ def test_one_held_out_config_for_the_trainer_and_the_studies():
                                    sampling=SamplingConfig(max_new_tokens=40, temperature=0.0),
                                    env_kwargs={"x": {"a": 1}})
     assert held_out_config(rollout, 512, 123, 0.5).sampling.temperature == 0.5  # the trainer's validation
+
+
+def test_pass_at_k_is_the_unbiased_estimator_and_ragens_at_the_group_size():
+    # by hand: 4 samples, 1 success; 2 drawn hold it with chance 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(4, 1, 2) == 0.5 and pass_at_k(4, 1, 1) == 0.25 and pass_at_k(4, 0, 4) == 0.0
+    assert pass_at_k(4, 1, 4) == pass_at_k(4, 3, 4) == 1.0  # k = n: any success (RAGEN's es_manager)
+    with pytest.raises(ValueError, match="0 < k <= n"):
+        pass_at_k(4, 1, 5)
+
+    def group(index, won):  # one group's samples from one initial state
+        return [Trajectory(env_id=SMOKE, group=index, seed=index, messages=[], success=w) for w in won]
+    batch = group(0, [1, 0, 0, 0]) + group(1, [0, 0, 0, 0]) + group(2, [1, 1, 1, 0])
+    assert pass_at(batch) == {"pass@4": 2 / 3}  # RAGEN's: the share of groups with a success
+    assert pass_at(batch, [1, 2]) == {"pass@1": (0.25 + 0 + 0.75) / 3, "pass@2": (0.5 + 0 + 1.0) / 3}
+    assert rollout_metrics(batch)["pass@4"] == 2 / 3 and rollout_metrics(batch)["success"] == 4 / 12
+    assert "pass@1" not in rollout_metrics(group(0, [1]) + group(1, [0]))  # pass@1 is the success rate
+    with pytest.raises(ValueError, match="at least 5 samples; these have 4"):
+        pass_at(batch, [5])

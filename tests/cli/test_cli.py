@@ -9,7 +9,7 @@ import pytest
 
 from ragen_envs.cli import main, parse
 from ragen_envs.cli.commands import COLUMNS
-from ragen_envs.agent import vision
+from ragen_envs.agent import load_jsonl, vision
 from ragen_envs.registry import ENVIRONMENTS, env_for, load_class
 from conftest import DEFAULT, OPEN_TEXT, SMOKE, SMOKE_KWARGS, USABLE_IDS
 
@@ -18,10 +18,23 @@ def test_eval_prints_the_table_and_saves(model_dir, tmp_path, capsys):
     out = tmp_path / "t.jsonl"
     assert main(["eval", "--env", DEFAULT, "--env", f"{SMOKE}:1", "--groups", "1",
                  "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--model", model_dir,
-                 "--save", str(out)]) == 0
+                 "--save", str(out), "--pass-k", "1"]) == 0
     text = capsys.readouterr().out
     assert "success" in text and "format_valid" in text
     assert len(out.read_text().splitlines()) == 4  # 1 group x 2 samples for each env
+    header, *rows = [line.split() for line in text.splitlines() if line.startswith(("env ", "Ragen/"))]
+    assert header[-2:] == ["pass@1", "pass@2"]  # asked for, and RAGEN's at the group size
+    saved = load_jsonl(out)
+    for row in rows:
+        won = [t.success for t in saved if t.env_id == row[0]]
+        assert float(row[-2]) == float(row[header.index("success")]) and float(row[-1]) == float(any(won))
+
+
+def test_eval_refuses_a_pass_k_beyond_the_group_size_before_loading_a_model(capsys):
+    assert main(["eval", "--env", SMOKE, "--group-size", "2", "--pass-k", "1,4", "--model", "no/such-model"]) == 2
+    assert "--pass-k 4 needs groups of at least 4 samples; --group-size is 2" in capsys.readouterr().err
+    assert main(["eval", "--env", SMOKE, "--pass-k", "1,x"]) == 2
+    assert "expected comma-separated positive integers such as 1,4,16, got '1,x'" in capsys.readouterr().err
 
 
 def test_eval_prints_a_dash_where_random_actions_do_not_exist(model_dir, capsys):
