@@ -155,10 +155,24 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
-    """Per-token estimate of KL(pi || ref) from samples of pi: ``low_var_kl``, k3 = exp(ref - logp) -
-    (ref - logp) - 1 (always >= 0); ``kl``, k1 = logp - ref (unbiased, but negative on some tokens)."""
+    """Per-token estimate of KL(pi || ref) from samples of pi, verl's four (``core_algos.kl_penalty``):
+    ``low_var_kl``, k3 = exp(ref - logp) - (ref - logp) - 1 (always >= 0; clamped to 10, as verl does, so one
+    token far from the reference cannot swamp the batch); ``kl``, k1 = logp - ref (unbiased, but negative on
+    some tokens); ``abs``, |logp - ref|; ``mse``, k2 = (logp - ref)^2 / 2."""
     diff = ref_logp - logp
-    return torch.exp(diff) - diff - 1 if kind == "low_var_kl" else -diff
+    if kind == "low_var_kl":
+        return torch.clamp(torch.exp(diff) - diff - 1, min=-10, max=10)
+    if kind == "abs":
+        return diff.abs()
+    return 0.5 * diff ** 2 if kind == "mse" else -diff
+
+
+def adaptive_kl_coef(coef: float, current_kl: float, target: float, horizon: int, n_steps: int) -> float:
+    """verl's AdaptiveKLController (Ziegler et al., 2019) after one batch of ``n_steps`` sequences: the
+    coefficient times 1 + clip(current_kl / target - 1, -0.2, 0.2) * n_steps / horizon, so it grows while the
+    policy's KL to the reference is above the target and shrinks while below."""
+    error = min(max(current_kl / target - 1, -0.2), 0.2)
+    return coef * (1 + error * n_steps / horizon)
 
 
 class Target(NamedTuple):
@@ -169,15 +183,18 @@ class Target(NamedTuple):
 
 
 def advantages(layout, chosen: list[int], kind: str, values: list | None = None, gamma: float = 1.0,
-               lam: float = 1.0, scale_rewards: str = "group", high_level_gamma: float | None = None
-               ) -> dict[int, Target]:
+               lam: float = 1.0, scale_rewards: str = "group", high_level_gamma: float | None = None,
+               penalty: dict[int, torch.Tensor] | None = None) -> dict[int, Target]:
     """Per chosen sample index (``layout``: a ``batch.Layout``): its ``Target``, the (T-1,) advantages and,
     for GAE, returns. ``kind="gae"`` (PPO) runs over a trajectory's segments joined in order, so a segment cut
     by the context cap bootstraps from the next one's values and gets the rewards after it; the
     advantages are then whitened over the chosen tokens. ``kind="group"`` gives one advantage per
     trajectory (counted once however many segments it has) to every generated token of its samples.
     ``values``: the per-micro-batch no-grad statistics holding ``"values"`` (GAE only);
-    ``high_level_gamma``: with GAE, ``bi_level_gae`` with this turn-level discount instead."""
+    ``high_level_gamma``: with GAE, ``bi_level_gae`` with this turn-level discount instead. ``penalty``: per
+    chosen sample, (T-1,) amounts taken off its token rewards first (the in-reward KL, verl's
+    ``apply_kl_penalty``): GAE sees each token's reward less its amount; group advantages each trajectory's
+    return less the sum over its tokens (verl's outcome advantages sum the token rewards)."""
     if not chosen:
         return {}
     samples = layout.samples
@@ -187,7 +204,7 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
         for i in chosen:
             by_trajectory.setdefault(samples[i].trajectory, []).append(i)
         for parts in by_trajectory.values():
-            joined = (torch.cat([layout.rewards(i) for i in parts])[None],
+            joined = (torch.cat([layout.rewards(i) - (penalty[i] if penalty else 0) for i in parts])[None],
                       torch.cat([layout.stat(values, "values", i) for i in parts])[None],
                       torch.cat([layout.mask(i) for i in parts])[None])
             a, r = gae(*joined, gamma, lam) if high_level_gamma is None else \
@@ -207,7 +224,10 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
     first = {}
     for i in chosen:
         first.setdefault(samples[i].trajectory, samples[i])
-    returns = torch.tensor([s.episode_return for s in first.values()], dtype=torch.float64)
+    taken = {}  # a trajectory's penalty, over all its samples (segments)
+    for i in chosen if penalty else ():
+        taken[samples[i].trajectory] = taken.get(samples[i].trajectory, 0.0) + float(penalty[i].sum())
+    returns = torch.tensor([s.episode_return - taken.get(t, 0.0) for t, s in first.items()], dtype=torch.float64)
     groups = torch.tensor([s.group for s in first.values()])
     per_trajectory = dict(zip(first, group_advantages(returns, groups, scale_rewards).tolist()))
     return {i: Target(per_trajectory[samples[i].trajectory] * layout.mask(i), None) for i in chosen}

@@ -80,6 +80,17 @@ def test_kl_estimates_by_hand():
     assert alg.kl_estimate(logp, ref, "kl").item() == pytest.approx(math.log(2))  # k1: log pi - log ref
     assert alg.kl_estimate(ref, logp, "kl").item() == pytest.approx(-math.log(2))  # k1 can be negative, k3 not
     assert alg.kl_estimate(ref, logp).item() > 0
+    assert alg.kl_estimate(logp, ref, "abs").item() == alg.kl_estimate(ref, logp, "abs").item() == \
+        pytest.approx(math.log(2))  # verl's abs: |log pi - log ref|
+    assert alg.kl_estimate(logp, ref, "mse").item() == pytest.approx(0.5 * math.log(2) ** 2)  # k2
+    assert alg.kl_estimate(torch.tensor([-30.0]), torch.tensor([0.0])).item() == 10  # k3 clamped, as verl
+
+
+def test_the_adaptive_kl_coefficient_by_hand():
+    # verl's AdaptiveKLController: the error clipped to +-0.2, scaled by the batch over the horizon
+    assert alg.adaptive_kl_coef(0.1, 0.5, 0.1, 10000, 256) == pytest.approx(0.1 * (1 + 0.2 * 256 / 10000))
+    assert alg.adaptive_kl_coef(0.1, 0.09, 0.1, 100, 50) == pytest.approx(0.1 * (1 - 0.1 * 0.5))
+    assert alg.adaptive_kl_coef(0.1, 0.0, 0.1, 100, 100) == pytest.approx(0.08)
 
 
 def test_clipped_value_loss_by_hand():

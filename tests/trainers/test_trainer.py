@@ -254,6 +254,24 @@ def test_group_advantages_are_per_trajectory_across_segments():
         assert (adv[i][0][~mask] == 0).all()
 
 
+def test_the_in_reward_kl_comes_off_the_token_rewards_or_the_group_returns():
+    trajs = [Trajectory("x", 0, 0, [], [_turn([1, 2], [3, 4])], episode_return=1.0),
+             Trajectory("x", 0, 0, [], [_turn([1, 2], [6, 7])], episode_return=1.0)]
+    layout = Layout.of([s for i, t in enumerate(trajs) for s in trajectory_samples(t, i)], size=2, pad_id=0)
+    penalty = {i: 0.25 * layout.mask(i) for i in range(2)}
+    penalty[1] = penalty[1] * 3  # the second sample strays three times as far from the reference
+    group = alg.advantages(layout, [0, 1], "group", penalty=penalty)  # returns 1 - 0.5 and 1 - 1.5
+    first = [float(group[i].advantages[layout.mask(i).bool()][0]) for i in range(2)]
+    assert first[0] > 0 > first[1]
+    assert alg.advantages(layout, [0, 1], "group")[0].advantages.abs().sum() == 0  # equal returns without it
+    values = [{"values": torch.zeros_like(layout.batches[0].mask, dtype=torch.float)}]
+    gae = alg.advantages(layout, [0, 1], "gae", values, penalty=penalty)
+    plain = alg.advantages(layout, [0, 1], "gae", values)
+    for i, taken in ((0, 0.25), (1, 0.75)):  # V = 0, gamma = lambda = 1: a token's return is what is left after it
+        mask = layout.mask(i).bool()
+        assert torch.allclose(gae[i].returns[mask], plain[i].returns[mask] - taken * torch.tensor([2.0, 1.0]))
+
+
 def test_the_run_stops_after_iterations_in_a_row_that_keep_nothing(tokenizer, tmp_path, capsys):
     # The tiny model's own replies are never valid: every group's returns are equal, nothing is kept.
     cfg = config(tmp_path, filter="top_p", num_iterations=5, filter_empty_stop=2, max_new_tokens=6, eval_steps=4,
