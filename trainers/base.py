@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -326,7 +326,7 @@ class TrainerBase:
                    "critic": None if self.critic_trunk is None else self.critic_trunk.state_dict()}
         meta = {"iteration": self.iteration, **self.runner.state_dict(),
                 "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()},
-                "model": self.model_name, "config": asdict(self.config)}
+                "model": self.model_name, "config": self.config.to_dict()}
         written = []
 
         def write(folder: Path) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-from dataclasses import asdict, dataclass, field, fields
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
-from ragen_envs.diagnose.filtering import CONTROLS, LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
+from ragen_envs.diagnose.filtering import FilterConfig
 from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
 
 # What a setting is to a run, declared on its field (``role`` metadata; LEARNS when not declared): LEARNS, it
@@ -20,8 +22,66 @@ LEARNS, MEASURES, PLACE = "learns", "measures", "place"
 
 
 def setting(default, role: str = LEARNS, **metadata):
-    """A dataclass field with its role (and other metadata such as ``flag``) declared beside it."""
+    """A dataclass field with its role (and other metadata such as ``flag`` or ``help``) declared beside it."""
     return field(default=default, metadata={**metadata, "role": role})
+
+
+# Settings that travel together are one object nested in TrainerConfig, a group (``cfg.filtering``, a
+# FilterConfig). Each of a group's fields keeps the flat name it had before the group was nested
+# (``metadata["flat"]``, else its own name): TrainerConfig takes it as a keyword argument and has it as an
+# attribute (``TrainerConfig(filter_value=0.5).filter_value``), a run's record (``to_dict``: config.json, a
+# study cell's config) keeps it flat under that name, so old records load and compare as they did, and it
+# names the flag (``--filter-value``). The rollout is nested too, but not a group: its record nests.
+
+
+def group(cls):
+    """A TrainerConfig field holding the group ``cls`` (a dataclass of settings that travel together)."""
+    return field(default_factory=cls, metadata={"group": True})
+
+
+def flat_name(f) -> str:
+    """The name a group's field ``f`` goes by outside the group (in TrainerConfig and its record)."""
+    return f.metadata.get("flat", f.name)
+
+
+def _flat_names(cls):
+    """Over @dataclass: ``cls`` takes its groups' settings by their flat names as keyword arguments (over the
+    group given, if one is) and has them as attributes (set: the group replaced, checked again); a group
+    given as a dict becomes its dataclass."""
+    hints = typing.get_type_hints(cls)
+    groups = [g.name for g in fields(cls) if g.metadata.get("group")]
+    cls.FLAT_NAMES = {flat_name(f): (name, f.name) for name in groups for f in fields(hints[name])}
+    named = [flat_name(f) for name in groups for f in fields(hints[name])] + [f.name for f in fields(cls)]
+    if len(set(named)) < len(named):
+        raise TypeError(f"{cls.__name__}: a flat name is taken twice ({sorted(n for n in named if named.count(n) > 1)})")
+    generated = cls.__init__
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        for name in groups:
+            if isinstance(kwargs.get(name), dict):
+                kwargs[name] = hints[name](**kwargs[name])
+        given: dict[str, dict] = {}
+        for key in [k for k in kwargs if k in cls.FLAT_NAMES]:
+            name, inner = cls.FLAT_NAMES[key]
+            given.setdefault(name, {})[inner] = kwargs.pop(key)
+        for name, values in given.items():
+            kwargs[name] = replace(kwargs[name], **values) if kwargs.get(name) is not None else hints[name](**values)
+        generated(self, *args, **kwargs)
+
+    def alias(name: str, inner: str) -> property:
+        def get(self):
+            return getattr(getattr(self, name), inner)
+
+        def put(self, value):
+            setattr(self, name, replace(getattr(self, name), **{inner: value}))
+
+        return property(get, put, doc=f"``{name}.{inner}``, by its flat name")
+
+    cls.__init__ = __init__
+    for flat, (name, inner) in cls.FLAT_NAMES.items():
+        setattr(cls, flat, alias(name, inner))
+    return cls
 
 
 CRITIC_LR_RATIO = 10.0  # RAGEN's critic learning rate over the actor's (config/base.yaml: 1e-5 and 1e-6)
@@ -58,6 +118,7 @@ ALGORITHM_DEFAULTS = {
 }
 
 
+@_flat_names
 @dataclass
 class TrainerConfig:
     # -- run: algorithm, length, folder ------------------------------------------------------
@@ -143,28 +204,13 @@ class TrainerConfig:
     vf_coef: float = bounded(0.5, min=0)  # value loss weight (gae)
     cliprange_value: float = bounded(0.5, min=0)  # value clipping (verl's critic default)
 
-    # -- filter: SNR-aware filtering (ragen_envs/diagnose/filtering.py: RAGEN's released selection rules;
-    # the trainer reads these as one FilterConfig, the `filtering` property) --
-    filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k | top_k_abs | min_p
-    # rho: share of the summed score (top_p; >= 1 keeps all), of the groups (top_k), a count (top_k_abs)
-    filter_value: float = 0.9
-    # group score: std of returns (RAGEN's code) | variance (the paper's text) | mean | sum | entropy |
-    # entropy_std | length
-    filter_metric: Literal[METRICS] = "std"
-    filter_prob_mode: Literal[PROB_MODES] = "linear"  # top_p over the scores themselves, or their softmax
-    filter_order: Literal[ORDERS] = "largest"  # keep the highest scores, or the lowest (an ablation)
-    include_zero: bool = True  # False: drop zero-score groups before ranking (RAGEN's rollout_filter_include_zero)
-    # top_k / top_k_abs: pass over this share of the ranked groups first (top_k 0.25 with skip 0.5 trains
-    # on the third reward-variance quartile only: the paper's quartile stress test)
-    filter_skip: float = 0.0
-    # prompt: rank the groups (the paper's filter); trajectory: keep every group and rank the trajectories
-    # inside each by |R - mean| (std) or (R - mean)^2 (variance), the paper's counter-example
-    filter_level: Literal[LEVELS] = "prompt"
-    # random: train on as many groups as the rule keeps, drawn at random from the batch (a filter
-    # contrast's control arm: same number of groups and update steps, random groups)
-    filter_control: Literal[CONTROLS] = "none"
-    # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
-    filter_empty_stop: int = bounded(5, min=0)
+    # -- filter: SNR-aware filtering (RAGEN's released selection rules, ragen_envs/diagnose/filtering.py) --
+    # which groups the filter keeps: filter (its strategy), filter_value, ..., include_zero (FilterConfig)
+    filtering: FilterConfig = group(FilterConfig)
+    # Not in FilterConfig, which says only what the filter keeps (what filter_preview and the integrations
+    # take): this setting stops the run, and filter_loss_scaling (below) scales the update by the kept share.
+    filter_empty_stop: int = bounded(5, min=0, help="stop the run after this many iterations in a row in which "
+                                     "the filter keeps nothing (0: never)")
 
     # -- RAGEN's reward and advantage options (config/base.yaml; each off, as there) -----------------
     # rewards normalised before the filter and the advantages see them, within each prompt group
@@ -255,7 +301,6 @@ class TrainerConfig:
     def __post_init__(self):
         check_choices(self)  # every Literal-typed field against its choices
         check_bounds(self)  # every numeric field against the bounds declared with it
-        self.filtering  # the filter's settings together: a ValueError for any the rules do not take
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")
@@ -300,21 +345,28 @@ class TrainerConfig:
                              "the pair too): use_turn_scores needs reward_normalization_method='identity'")
 
     @classmethod
+    def settings(cls) -> dict:
+        """The fields of a run's record (``to_dict``) by their names there: the groups' by their flat names."""
+        hints = typing.get_type_hints(cls)
+        return {k: v for f in fields(cls) for k, v in (
+            {flat_name(g): g for g in fields(hints[f.name])} if f.metadata.get("group") else {f.name: f}).items()}
+
+    @classmethod
     def resume_free(cls, run: dict) -> set[str]:
         """The settings a resume may change for a run whose record (``to_dict``) is ``run``: those that do
         not change what it learns (declared MEASURES or PLACE, or whose ``learns_if`` fails for it)."""
-        return {f.name for f in fields(cls) if f.metadata.get("role", LEARNS) != LEARNS} | cls.inert(run)
+        return {k for k, f in cls.settings().items() if f.metadata.get("role", LEARNS) != LEARNS} | cls.inert(run)
 
     @classmethod
     def run_place(cls, run: dict) -> set[str]:
         """The settings a study may ignore when it reuses a run like ``run``: where and how the run writes
         (PLACE), and those whose ``learns_if`` fails for it. What it measures still counts."""
-        return {f.name for f in fields(cls) if f.metadata.get("role") == PLACE} | cls.inert(run)
+        return {k for k, f in cls.settings().items() if f.metadata.get("role") == PLACE} | cls.inert(run)
 
     @classmethod
     def inert(cls, run: dict) -> set[str]:
         """The settings that do nothing under the rest of ``run`` (their ``learns_if`` fails)."""
-        return {f.name for f in fields(cls) if "learns_if" in f.metadata and not f.metadata["learns_if"](run)}
+        return {k for k, f in cls.settings().items() if "learns_if" in f.metadata and not f.metadata["learns_if"](run)}
 
     @property
     def critic_lr(self) -> float:
@@ -323,31 +375,30 @@ class TrainerConfig:
             return self.critic_learning_rate
         return float(f"{CRITIC_LR_RATIO * self.learning_rate:.12g}")  # 1e-05, not 9.999999999999999e-06
 
-    @property
-    def filtering(self) -> FilterConfig:
-        """The filter's settings as one object, what the trainer passes to the selection rules (and what
-        ``ragen_envs.diagnose.rewards.filter_preview`` takes). Built from the flat ``filter*`` fields, which
-        stay the ones to set; ``filter_empty_stop`` and ``filter_loss_scaling`` act on the run, not on what
-        the filter keeps, so they are not part of it."""
-        return FilterConfig(self.filter, self.filter_value, self.filter_prob_mode, self.filter_metric,
-                            self.filter_order, self.include_zero, self.filter_level, self.filter_skip,
-                            self.filter_control)
-
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The run's record (config.json, a study cell's ``config``): the groups' settings flat, by their flat
+        names, as runs recorded them before the groups were nested (so records old and new compare key by
+        key); the rollout nested. ``from_dict`` takes it back, or a record with the groups nested."""
+        hints, whole, out = typing.get_type_hints(type(self)), asdict(self), {}
+        for f in fields(self):
+            if f.metadata.get("group"):
+                out.update({flat_name(g): whole[f.name][g.name] for g in fields(hints[f.name])})
+            else:
+                out[f.name] = whole[f.name]
+        return out
 
     @classmethod
     def flag(cls, path: str) -> str:
         """The command-line flag of a dotted field ("rollout.sampling.temperature" -> "--temperature");
-        "env" and "model" are flags of their own."""
-        import typing
-
+        "env" and "model" are flags of their own; a group's setting may be named by its flat name."""
+        head, _, rest = path.partition(".")
+        parts = [*cls.FLAT_NAMES.get(head, (head,)), *([rest] if rest else [])]  # a group's setting by its flat name
         config, name = cls, path
-        for part in path.split("."):
+        for part in ".".join(parts).split("."):
             by_name = {f.name: f for f in fields(config)}
             if part not in by_name:
                 return f"--{part.replace('_', '-')}"
-            name = by_name[part].metadata.get("flag", part)
+            name = by_name[part].metadata.get("flag", flat_name(by_name[part]))
             config = typing.get_type_hints(config).get(part)
         return f"--{name.replace('_', '-')}"
 
@@ -365,7 +416,7 @@ class TrainerConfig:
         rollout = dict(data.pop("rollout", {}))
         rollout["chat"] = ChatEnvConfig(**rollout.get("chat", {}))
         rollout["sampling"] = SamplingConfig(**rollout.get("sampling", {}))
-        return cls(**data, rollout=RolloutConfig(**rollout))
+        return cls(**data, rollout=RolloutConfig(**rollout))  # a group's settings flat, or the group as a dict
 
 
 CPU_QUICK_CHAT = {"max_turns": 3}  # the cpu-quick preset's turns and reply budget, which SFT's defaults match

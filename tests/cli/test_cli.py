@@ -134,7 +134,7 @@ def test_every_config_field_is_a_flag_with_its_default_and_help(command, classes
             action = actions.get(cli_args._dest(f))
             assert action is not None, f"{owner.__name__}.{f.name} has no flag"
             assert action.default == cli_args._default(f), f.name
-            assert cli_args.field_comments(owner).get(f.name), f"{owner.__name__}.{f.name} has no help comment"
+            assert cli_args.field_help(owner).get(f.name), f"{owner.__name__}.{f.name} has no help comment"
     # Parsing no flags gives the dataclass defaults, nested configs included.
     args = parse([command, "--env", DEFAULT])
     if command == "train":
