@@ -53,7 +53,7 @@ def _flat_names(cls):
     cls.FLAT_NAMES = {flat_name(f): (name, f.name) for name in groups for f in fields(hints[name])}
     named = [flat_name(f) for name in groups for f in fields(hints[name])] + [f.name for f in fields(cls)]
     if len(set(named)) < len(named):
-        raise TypeError(f"{cls.__name__}: a flat name is taken twice ({sorted(n for n in named if named.count(n) > 1)})")
+        raise TypeError(f"{cls.__name__}: flat names taken twice: {sorted({n for n in named if named.count(n) > 1})}")
     generated = cls.__init__
 
     @functools.wraps(generated)
@@ -116,6 +116,23 @@ ALGORITHM_DEFAULTS = {
     "grpo": {"advantage": "group", "loss_type": "grpo", "scale_rewards": "group"},
     "drgrpo": {"advantage": "group", "loss_type": "seq_sum", "scale_rewards": "none"},
 }
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Validation's settings (RAGEN's ``trainer.test_freq``, ``val_before_train``): held-out episodes, never trained
+    on. ``TrainerConfig.evaluation``; flat names ``eval_steps``, ``eval_episodes``, ``eval_seed``,
+    ``eval_temperature``."""
+    steps: int = bounded(0, min=0, role=MEASURES, flat="eval_steps",
+                         help="play them before the first iteration, every this many and at the last (0: never)")
+    episodes: int = bounded(512, min=1, role=MEASURES, flat="eval_episodes",
+                            help="one episode per env seed (RAGEN's es_manager.val: 512 groups of one)")
+    seed: int = setting(123, MEASURES, flat="eval_seed", help="their env seeds start here (RAGEN's seed.val)")
+    temperature: float = bounded(0.5, min=0, role=MEASURES, flat="eval_temperature",
+                                 help="their sampling temperature (RAGEN's rollout.val_kwargs)")
+
+    def __post_init__(self):
+        check_bounds(self, flat_name)
 
 
 @_flat_names
@@ -269,13 +286,7 @@ class TrainerConfig:
     # exit_after_gradient_analysis; with --resume it probes a checkpoint)
     exit_after_gradient_analysis: bool = setting(False, MEASURES, flag="gradient_analysis_only")
     # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
-    # play them before the first iteration, every this many and at the last (0: never)
-    eval_steps: int = bounded(0, min=0, role=MEASURES)
-    # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
-    eval_episodes: int = bounded(512, min=1, role=MEASURES)
-    eval_seed: int = setting(123, MEASURES)  # their env seeds start here (RAGEN's seed.val)
-    # their sampling temperature (RAGEN's rollout.val_kwargs)
-    eval_temperature: float = bounded(0.5, min=0, role=MEASURES)
+    evaluation: EvalConfig = group(EvalConfig)  # eval_steps, eval_episodes, eval_seed, eval_temperature
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
     logging_steps: int = bounded(1, min=0, role=PLACE)  # print the metrics table every this many iterations
     # where metrics go beside metrics.jsonl/csv. "auto": TensorBoard (the run folder's tensorboard/) when
@@ -508,9 +519,9 @@ PRESETS = ("ragen2-main", "cpu-quick", "organism")
 # (one to resume and the one before it; a 3B model's checkpoint with its AdamW state is about 36 GB)
 RAGEN_SAVE_STEPS, RAGEN_SAVE_TOTAL_LIMIT = 100, 2
 ORGANISM_RL = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
-# RAGEN's validation (TrainerConfig's eval_* defaults) as rollout settings, for `ragen eval --preset`
-VALIDATION = {"ragen2-main": {"n_groups": TrainerConfig.eval_episodes, "group_size": 1, "seed": TrainerConfig.eval_seed,
-                              "sampling": {"temperature": TrainerConfig.eval_temperature}}}
+# RAGEN's validation (EvalConfig's defaults) as rollout settings, for `ragen eval --preset`
+VALIDATION = {"ragen2-main": {"n_groups": EvalConfig.episodes, "group_size": 1, "seed": EvalConfig.seed,
+                              "sampling": {"temperature": EvalConfig.temperature}}}
 VALIDATION["organism"] = VALIDATION["ragen2-main"]
 
 

@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from ragen_envs.diagnose.filtering import FilterConfig
-from trainers.config import TrainerConfig
+from trainers.config import EvalConfig, TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAT = {"filter": "top_k", "filter_value": 0.25, "filter_metric": "variance", "filter_prob_mode": "softmax",
-        "filter_order": "smallest", "include_zero": False, "filter_skip": 0.5, "filter_control": "random"}
+        "filter_order": "smallest", "include_zero": False, "filter_skip": 0.5, "filter_control": "random",
+        "eval_steps": 10, "eval_episodes": 16, "eval_seed": 5, "eval_temperature": 0.7}
 NESTED = {"filtering": FilterConfig("top_k", 0.25, prob_mode="softmax", metric="variance", order="smallest",
-                                    include_zero=False, skip=0.5, control="random")}
+                                    include_zero=False, skip=0.5, control="random"),
+          "evaluation": EvalConfig(steps=10, episodes=16, seed=5, temperature=0.7)}
 
 
 def groups():
@@ -54,7 +56,7 @@ def test_every_group_setting_has_one_flat_name_and_the_record_keeps_them_flat():
     assert set(names) <= set(record) and not set(groups()) & set(record)  # flat, as records were before
     assert set(record) == set(TrainerConfig.settings()) and record["filter_value"] == 0.25
     assert TrainerConfig.from_dict(record) == TrainerConfig(**FLAT)
-    nested = {**{k: v for k, v in record.items() if k not in names},
+    nested = {**{k: v for k, v in record.items() if names.get(k, ("",))[0] != "filtering"},
               "filtering": dataclasses.asdict(NESTED["filtering"])}
     assert TrainerConfig.from_dict(nested) == TrainerConfig(**FLAT)  # a record with a group nested loads too
 
@@ -84,3 +86,11 @@ def test_the_groups_are_frozen_dataclasses_and_the_filters_is_the_env_layers():
     assert groups()["filtering"] is FilterConfig  # what filter_preview and the integrations take, without torch
     for cls in groups().values():
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+
+
+@pytest.mark.parametrize("flat, message", [
+    ({"filter": "top"}, "filter strategy must be one of"), ({"eval_steps": -1}, "eval_steps must be >= 0"),
+    ({"eval_temperature": -0.5}, "eval_temperature must be >= 0")])
+def test_a_groups_errors_name_its_settings_by_their_flat_names_the_flags(flat, message):
+    with pytest.raises(ValueError, match=message):
+        TrainerConfig(**flat)
