@@ -135,6 +135,41 @@ class EvalConfig:
         check_bounds(self, flat_name)
 
 
+@dataclass(frozen=True)
+class GradientProbeConfig:
+    """The gradient probe's settings (``trainers/gradient_probe.py``; RAGEN's ``gradient_analysis_*``): each loss
+    term's gradient norm by reward-variance bucket, measured without a step, so none changes what a run learns.
+    ``TrainerConfig.probe``; flat names ``gradient_analysis_every``, ..., ``exit_after_gradient_analysis``."""
+    every: int = bounded(0, min=0, role=MEASURES, flat="gradient_analysis_every", help="probe the kept batch before "
+                         "the update at the first iteration and every this many after (1, 1 + N, ...; RAGEN's "
+                         "gradient_analysis_every, on there every 50; 0: never); no step, no change to the run")
+    num_buckets: int = bounded(6, min=1, role=MEASURES, flat="gradient_analysis_num_buckets",
+                               help="quantile buckets of kept groups by reward std")
+    bucket_mode: Literal[BUCKET_MODES] = setting("quantile", MEASURES, flat="gradient_analysis_bucket_mode",
+                                                 help="quantile: equal numbers of groups sorted by reward std | "
+                                                 "fixed_rv: RAGEN's std intervals [0,1), ..., [5,inf)")
+    env_groups: int | None = bounded(None, min=1, role=MEASURES, flat="gradient_analysis_env_groups",
+                                     help="groups of a separate batch rolled out for the probe only, never trained "
+                                     "on (None: the training batch)")
+    group_size: int | None = bounded(None, min=2, why="a reward std needs two samples", role=MEASURES,
+                                     flat="gradient_analysis_group_size", help="that batch's group size (None: the "
+                                     "run's; with env_groups None too, the probe uses the training batch)")
+    filter: bool = setting(True, MEASURES, flat="gradient_analysis_filter", help="that batch filtered as the run "
+                           "filters (RAGEN's probe); False: every group of it, zero-variance ones included, so the "
+                           "buckets span the low-variance groups the paper contrasts (needs that batch)")
+    only: bool = setting(False, MEASURES, flat="exit_after_gradient_analysis", flag="gradient_analysis_only",
+                         help="probe this call's first iteration, write its metrics and stop: no update, no "
+                         "checkpoint (RAGEN's exit_after_gradient_analysis; with --resume it probes a checkpoint)")
+
+    def __post_init__(self):
+        check_choices(self, flat_name)
+        check_bounds(self, flat_name)
+        if not self.filter and self.env_groups is None and self.group_size is None:
+            raise ValueError("gradient_analysis_filter=False probes a batch of the probe's own whole: it needs "
+                             "gradient_analysis_env_groups or gradient_analysis_group_size (the training batch "
+                             "trains on what the filter kept)")
+
+
 @_flat_names
 @dataclass
 class TrainerConfig:
@@ -267,24 +302,7 @@ class TrainerConfig:
     # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
     mi_trajectory_pairs: int = bounded(64, min=0)
     # -- gradient probe: each loss term's gradient norm by reward-variance bucket (trainers/gradient_probe.py) --
-    # probe the kept batch before the update at the first iteration and every this many after (1, 1 + N, ...;
-    # RAGEN's gradient_analysis_every, on there every 50; 0: never); no step, no change to the run
-    gradient_analysis_every: int = bounded(0, min=0, role=MEASURES)
-    # quantile buckets of kept groups by reward std
-    gradient_analysis_num_buckets: int = bounded(6, min=1, role=MEASURES)
-    # quantile: equal numbers of groups sorted by reward std | fixed_rv: RAGEN's std intervals [0,1), ..., [5,inf)
-    gradient_analysis_bucket_mode: Literal[BUCKET_MODES] = setting("quantile", MEASURES)
-    # groups of a separate batch rolled out for the probe only, never trained on (None: the training batch)
-    gradient_analysis_env_groups: int | None = bounded(None, min=1, role=MEASURES)
-    # that batch's group size (None: the run's; with env_groups None too, the probe uses the training batch)
-    gradient_analysis_group_size: int | None = bounded(None, min=2, why="a reward std needs two samples",
-                                                       role=MEASURES)
-    # that batch filtered as the run filters (RAGEN's probe); False: every group of it, zero-variance ones
-    # included, so the buckets span the low-variance groups the paper contrasts (needs that batch)
-    gradient_analysis_filter: bool = setting(True, MEASURES)
-    # probe this call's first iteration, write its metrics and stop: no update, no checkpoint (RAGEN's
-    # exit_after_gradient_analysis; with --resume it probes a checkpoint)
-    exit_after_gradient_analysis: bool = setting(False, MEASURES, flag="gradient_analysis_only")
+    probe: GradientProbeConfig = group(GradientProbeConfig)  # gradient_analysis_*
     # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
     evaluation: EvalConfig = group(EvalConfig)  # eval_steps, eval_episodes, eval_seed, eval_temperature
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
@@ -325,11 +343,6 @@ class TrainerConfig:
         if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
             raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
                              "torchrun); without sharding there is nothing to offload")
-        if not self.gradient_analysis_filter and self.gradient_analysis_env_groups is None \
-                and self.gradient_analysis_group_size is None:
-            raise ValueError("gradient_analysis_filter=False probes a batch of the probe's own whole: it needs "
-                             "gradient_analysis_env_groups or gradient_analysis_group_size (the training batch "
-                             "trains on what the filter kept)")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
