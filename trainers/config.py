@@ -170,6 +170,27 @@ class GradientProbeConfig:
                              "trains on what the filter kept)")
 
 
+@dataclass(frozen=True)
+class SaveConfig:
+    """What a run saves and how often: its checkpoints (TRL's ``save_*``) and the episodes it played. Where it
+    writes, not what it learns. ``TrainerConfig.saving``; flat names ``save_strategy``, ``save_steps``,
+    ``save_total_limit``, ``save_rollouts_steps``."""
+    strategy: Literal["steps", "no"] = setting("steps", PLACE, flat="save_strategy", help="\"steps\": a checkpoint "
+                                               "every save_steps iterations and at the end; \"no\": none (sweeps "
+                                               "that keep only metrics)")
+    steps: int = bounded(0, min=0, role=PLACE, flat="save_steps",
+                         help="checkpoint every this many iterations (0: only at the end)")
+    total_limit: int | None = bounded(None, min=1, role=PLACE, flat="save_total_limit", help="keep only the newest "
+                                      "N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB")
+    rollouts_steps: int = bounded(5, min=0, role=PLACE, flat="save_rollouts_steps", help="write the iteration's "
+                                  "trajectories to rollouts/iteration-<n>.jsonl every this many iterations and at the "
+                                  "last (0: never); `ragen view RUN_DIR` shows them")
+
+    def __post_init__(self):
+        check_choices(self, flat_name)
+        check_bounds(self, flat_name)
+
+
 @_flat_names
 @dataclass
 class TrainerConfig:
@@ -313,14 +334,7 @@ class TrainerConfig:
     report_to: Literal["auto", "tensorboard", "wandb"] = setting("auto", PLACE)
     # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
     plot: bool = setting(True, PLACE)
-    # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
-    save_strategy: Literal["steps", "no"] = setting("steps", PLACE)
-    save_steps: int = bounded(0, min=0, role=PLACE)  # checkpoint every this many iterations (0: only at the end)
-    # keep only the newest N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB
-    save_total_limit: int | None = bounded(None, min=1, role=PLACE)
-    # write the iteration's trajectories to rollouts/iteration-<n>.jsonl every this many iterations and
-    # at the last (0: never); `ragen view RUN_DIR` shows them
-    save_rollouts_steps: int = bounded(5, min=0, role=PLACE)
+    saving: SaveConfig = group(SaveConfig)  # save_strategy, save_steps, save_total_limit, save_rollouts_steps
     # a checkpoint folder (its parent becomes output_dir when that is None), or "latest" in output_dir
     resume_from_checkpoint: str | None = setting(None, PLACE, flag="resume")
     # on resume, run with settings that differ from the run's config.json (kept there in its "history",
