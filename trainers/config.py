@@ -191,6 +191,26 @@ class SaveConfig:
         check_bounds(self, flat_name)
 
 
+@dataclass(frozen=True)
+class LoRAConfig:
+    """LoRA's settings (RAGEN's ``lora.*``): low-rank adapters trained instead of the weights (``trainers/lora.py``
+    makes peft's own LoraConfig of them). ``TrainerConfig.lora``; flat names ``lora_rank``, ``lora_alpha``,
+    ``lora_target_modules``."""
+    rank: int = bounded(0, min=0, flat="lora_rank", help="the adapters' rank, 0: off (RAGEN's lora.rank); > 0 trains "
+                        "only them (peft, trainers/lora.py), the KL reference is the model with them off, and a "
+                        "checkpoint keeps the adapter beside the merged model")
+    alpha: int = bounded(64, above=0, flat="lora_alpha",
+                         help="the adapters' scale is alpha / rank (RAGEN's lora.alpha)")
+    target_modules: str = setting("all-linear", flat="lora_target_modules", help="comma-separated module names, or "
+                                  "\"all-linear\": every linear layer but the LM head (peft's meaning; RAGEN's "
+                                  "lora.target_modules)")
+
+    def __post_init__(self):
+        check_bounds(self, flat_name)
+        if not self.target_modules.strip(" ,"):
+            raise ValueError(f"lora_target_modules must be module names or 'all-linear', got {self.target_modules!r}")
+
+
 @_flat_names
 @dataclass
 class TrainerConfig:
@@ -228,13 +248,7 @@ class TrainerConfig:
     micro_batch_size: int = bounded(2, min=1)  # sequences per forward/backward (gradient accumulation)
 
     # -- LoRA: train low-rank adapters instead of the weights (RAGEN's lora.*; rank 0: off) ------
-    # the adapters' rank, 0: off (RAGEN's lora.rank); > 0 trains only them (peft, trainers/lora.py), the KL
-    # reference is the model with them off, and a checkpoint keeps the adapter beside the merged model
-    lora_rank: int = bounded(0, min=0)
-    lora_alpha: int = bounded(64, above=0)  # the adapters' scale is alpha / rank (RAGEN's lora.alpha)
-    # comma-separated module names, or "all-linear": every linear layer but the LM head (peft's meaning;
-    # RAGEN's lora.target_modules)
-    lora_target_modules: str = "all-linear"
+    lora: LoRAConfig = group(LoRAConfig)  # lora_rank, lora_alpha, lora_target_modules
 
     # -- devices: data parallel and precision -------------------------------------------------
     # under torchrun: "ddp" keeps a full copy of the model on every rank; "fsdp" shards weights, gradients
@@ -347,9 +361,6 @@ class TrainerConfig:
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")
-        if not self.lora_target_modules.strip(" ,"):
-            raise ValueError(f"lora_target_modules must be module names or 'all-linear', "
-                             f"got {self.lora_target_modules!r}")
         tracker = self.report_to  # a tracker named is required; "auto" takes TensorBoard where installed
         if tracker != "auto" and importlib.util.find_spec(tracker) is None:  # its package and extra share its name
             raise ValueError(f"report_to={tracker!r} (--report-to {tracker}): {tracker} is not installed; "

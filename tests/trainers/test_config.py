@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragen_envs.diagnose.filtering import FilterConfig
-from trainers.config import EvalConfig, GradientProbeConfig, SaveConfig, TrainerConfig
+from trainers.config import EvalConfig, GradientProbeConfig, LoRAConfig, SaveConfig, TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAT = {"filter": "top_k", "filter_value": 0.25, "filter_metric": "variance", "filter_prob_mode": "softmax",
@@ -18,13 +18,15 @@ FLAT = {"filter": "top_k", "filter_value": 0.25, "filter_metric": "variance", "f
         "gradient_analysis_every": 2, "gradient_analysis_num_buckets": 4, "gradient_analysis_bucket_mode": "fixed_rv",
         "gradient_analysis_env_groups": 8, "gradient_analysis_group_size": 4, "gradient_analysis_filter": False,
         "exit_after_gradient_analysis": True,
-        "save_strategy": "no", "save_steps": 3, "save_total_limit": 2, "save_rollouts_steps": 0}
+        "save_strategy": "no", "save_steps": 3, "save_total_limit": 2, "save_rollouts_steps": 0,
+        "lora_rank": 8, "lora_alpha": 16, "lora_target_modules": "q_proj,v_proj"}
 NESTED = {"filtering": FilterConfig("top_k", 0.25, prob_mode="softmax", metric="variance", order="smallest",
                                     include_zero=False, skip=0.5, control="random"),
           "evaluation": EvalConfig(steps=10, episodes=16, seed=5, temperature=0.7),
           "probe": GradientProbeConfig(every=2, num_buckets=4, bucket_mode="fixed_rv", env_groups=8, group_size=4,
                                        filter=False, only=True),
-          "saving": SaveConfig(strategy="no", steps=3, total_limit=2, rollouts_steps=0)}
+          "saving": SaveConfig(strategy="no", steps=3, total_limit=2, rollouts_steps=0),
+          "lora": LoRAConfig(rank=8, alpha=16, target_modules="q_proj,v_proj")}
 
 
 def groups():
@@ -101,7 +103,8 @@ def test_the_groups_are_frozen_dataclasses_and_the_filters_is_the_env_layers():
     ({"gradient_analysis_group_size": 1}, "gradient_analysis_group_size must be >= 2"),
     ({"gradient_analysis_bucket_mode": "even"}, "gradient_analysis_bucket_mode must be one of"),
     ({"gradient_analysis_filter": False}, "needs gradient_analysis_env_groups"),
-    ({"save_strategy": "epoch"}, "save_strategy must be one of"), ({"save_total_limit": 0}, "save_total_limit")])
+    ({"save_strategy": "epoch"}, "save_strategy must be one of"), ({"save_total_limit": 0}, "save_total_limit"),
+    ({"lora_rank": -1}, "lora_rank must be >= 0"), ({"lora_target_modules": " , "}, "lora_target_modules must be")])
 def test_a_groups_errors_name_its_settings_by_their_flat_names_the_flags(flat, message):
     with pytest.raises(ValueError, match=message):
         TrainerConfig(**flat)
