@@ -169,6 +169,28 @@ def test_a_saved_config_repeats_the_run_and_flags_override_it(tmp_path, suffix):
         parse(["train", "--config", str(path)])
 
 
+def test_a_config_file_takes_a_groups_settings_nested_or_by_their_flat_names(tmp_path):
+    from ragen_envs.cli import args as cli_args
+    from trainers import EvalConfig, FilterConfig, GradientProbeConfig, TrainerConfig
+
+    want = TrainerConfig(filtering=FilterConfig("top_k", 0.25, include_zero=False), evaluation=EvalConfig(steps=3),
+                         probe=GradientProbeConfig(only=True))
+    written = [{"filtering": {"strategy": "top_k", "value": 0.25, "include_zero": False}, "evaluation": {"steps": 3},
+                "probe": {"only": True}},  # nested, by the groups' own field names
+               {"filter": "top_k", "filter_value": 0.25, "include_zero": False, "eval_steps": 3,
+                "exit_after_gradient_analysis": True},  # flat, as config.json was and is written
+               {"filter": "top_k", "filter-value": 0.25, "include-zero": False, "eval-steps": 3,
+                "gradient-analysis-only": True}]  # by the flags' names
+    for n, data in enumerate(written):
+        path = tmp_path / f"run{n}.json"
+        path.write_text(json.dumps(data))
+        assert cli_args.build(TrainerConfig, parse(["train", "--config", str(path), "--env", DEFAULT])) == want, data
+    args = parse(["train", "--config", str(path), "--env", DEFAULT, "--filter-value", "0.5",
+                  "--no-gradient-analysis-only"])
+    assert cli_args.build(TrainerConfig, args) == TrainerConfig(filter="top_k", filter_value=0.5, include_zero=False,
+                                                                eval_steps=3)
+
+
 @pytest.mark.parametrize("text, message", [
     ('{"rollout": {"max_turn": 3}}', "unknown config key rollout.'max_turn'; did you mean 'max_turns'?"),
     ('{"learning_rat": 0.1}', "did you mean 'learning_rate'?"),
