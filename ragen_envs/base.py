@@ -307,7 +307,18 @@ class TextEnv(LLMEnv):
     def render(self):
         if self.render_mode == "ansi":
             return self._observation()
-        return None
+        return no_render_mode(self)
+
+
+def no_render_mode(env) -> None:
+    """What ``render()`` does without a render mode: nothing, saying so once as Gymnasium's own envs do
+    (silence would look like a broken renderer)."""
+    if env.render_mode is None:
+        spec = getattr(env, "spec", None)
+        gym.logger.warn("You are calling render method without specifying any render mode. You can specify the "
+                        f"render_mode at initialization, e.g. gym.make(\"{spec.id if spec else type(env).__name__}\", "
+                        f"render_mode=\"{env.metadata['render_modes'][0]}\")")
+    return None
 
 
 def observation_text(obs) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ragen_envs import rendering
-from ragen_envs.base import MAX_STEPS, Bounds, LLMEnv
+from ragen_envs.base import MAX_STEPS, Bounds, LLMEnv, no_render_mode
 from ragen_envs.spaces import CHARSET, TextSpace
 
 # (row, column) steps; the order is the solvers' direction index.
@@ -123,7 +123,8 @@ class GridEnv(LLMEnv):
             if self._window is None:
                 self._window = rendering.Window(type(self).__name__, self.metadata["render_fps"])
             self._window.show(self.image_observation())
-        return None
+            return None
+        return no_render_mode(self)
 
     def close(self):
         if self._window is not None:

@@ -29,6 +29,7 @@ from typing import Any
 import gymnasium
 
 from ragen_envs.base import check_argument_bounds
+from ragen_envs.extras import install_hint
 
 #: The roles an entry may play: "default", the env a run or server takes when none is named; "demo",
 #: ``make demo``'s and the findings scripts' (a warm start learns it on the CPU); "smoke", the small,
@@ -229,7 +230,7 @@ def load_class(entry: EnvEntry) -> type:
     if missing:
         raise MissingExtraError(
             f"{entry.id} needs the optional extra {entry.extra!r} (missing: {', '.join(missing)}): "
-            f'pip install "ragen-envs[{entry.extra}]"')
+            f"{install_hint(entry.extra)}")
     module, _, name = entry.entry_point.partition(":")
     return getattr(importlib.import_module(module), name)
 

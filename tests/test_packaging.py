@@ -1,5 +1,6 @@
-"""pyproject.toml: the GPU install is one extra that leaves torch to vLLM, kept in step with the llm
-extra; the package builds without setuptools' deprecation warnings (offline: no build isolation)."""
+"""pyproject.toml: torch a range for users (pinned only by this project's constraints.txt), the GPU install
+the llm extra plus vLLM; the package builds without setuptools' deprecation warnings (offline: no build
+isolation); a missing optional module is named with its extra."""
 
 import subprocess
 import sys
@@ -7,6 +8,8 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
+
+from conftest import SMOKE
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -17,12 +20,15 @@ def names(extra: str) -> dict[str, str]:
     return {Requirement(r).name: str(Requirement(r).specifier) for r in EXTRAS[extra]}
 
 
-def test_the_gpu_extra_is_the_llm_extra_without_the_cpu_torch_pin_plus_vllm_and_tensorboard():
+def test_torch_is_a_range_for_users_and_pinned_only_in_this_projects_installs():
     llm, gpu = names("llm"), names("gpu")
-    assert llm["torch"] == "==2.13.0"  # the CPU machines' wheel: the llm extra keeps its pin
-    assert "torch" not in gpu  # vLLM pins the torch it was built against; a second pin could not resolve
-    assert {k: v for k, v in llm.items() if k != "torch"} == {k: v for k, v in gpu.items()
-                                                              if k not in ("vllm", "tensorboard")}
+    assert llm["torch"] == ">=2.4"  # a user's install takes their platform's torch (vLLM's, on a GPU)
+    assert "torch==2.13.0" in (ROOT / "constraints.txt").read_text().splitlines()  # this project's CPU wheel
+    makefile = (ROOT / "Makefile").read_text()
+    assert "install -q --no-compile -c constraints.txt -e" in makefile  # make test / make demo install under it
+    assert "-c ../../constraints.txt -r" in makefile  # and each framework's venv
+    # the gpu extra is the llm extra, not a copy of its list, plus vLLM and TensorBoard
+    assert [Requirement(r).extras for r in EXTRAS["gpu"] if Requirement(r).name == PROJECT["name"]] == [{"llm"}]
     assert gpu["vllm"] == names("vllm")["vllm"] and gpu["tensorboard"] == names("tensorboard")["tensorboard"]
 
 
@@ -42,3 +48,24 @@ def test_the_license_is_an_spdx_string_and_the_metadata_builds_without_warnings(
     metadata = next(tmp_path.glob("*.dist-info")).joinpath("METADATA").read_text()
     assert "License-Expression: MIT" in metadata
     assert "Provides-Extra: gpu" in metadata and "Provides-Extra: tensorboard" in metadata
+
+
+def test_each_optional_module_is_brought_by_the_extra_its_hint_names():
+    from ragen_envs.extras import MODULE_EXTRAS
+
+    def normal(name: str) -> str:
+        return name.lower().replace("-", "_")
+    for module, extra in MODULE_EXTRAS.items():
+        assert extra in EXTRAS, f"{module}: no extra {extra!r} in pyproject.toml"
+        assert module in {normal(n) for n in names(extra)}, f"the {extra!r} extra does not list {module}"
+
+
+def test_a_missing_torch_is_named_with_its_extra_by_the_trainer_and_the_cli():
+    hint = 'it comes with the \'llm\' extra: pip install "ragen-envs[llm]"'
+    script = ("import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
+              "try:\n    from trainers import Trainer\nexcept ImportError as e:\n    print(e)\n"
+              "from ragen_envs.cli.commands import main\n"
+              f"sys.exit(main(['train', '--env', {SMOKE!r}, '--iterations', '1']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert f"trainers.Trainer: torch is not installed; {hint}" in done.stdout, done.stderr
+    assert done.returncode == 2 and hint in done.stderr and done.stderr.count("\n") == 1, done.stderr

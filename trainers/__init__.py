@@ -2,6 +2,7 @@
 
 from ragen_envs.diagnose.filtering import FilterConfig, select_groups
 from ragen_envs.diagnose.mi import MIZScoreEMA, mi_metrics
+from ragen_envs.extras import missing_module_hint
 from trainers.config import EvalConfig, GradientProbeConfig, LoRAConfig, SaveConfig, TrainerConfig
 
 __all__ = ["EvalConfig", "FilterConfig", "GradientProbeConfig", "LoRAConfig", "MIZScoreEMA", "SaveConfig", "Trainer",
@@ -11,7 +12,12 @@ __all__ = ["EvalConfig", "FilterConfig", "GradientProbeConfig", "LoRAConfig", "M
 def __getattr__(name):
     # The trainer pulls in torch and transformers; the pure-numpy parts above do not.
     if name == "Trainer":
-        from trainers.trainer import Trainer
-
+        try:
+            from trainers.trainer import Trainer
+        except ImportError as error:
+            hint = missing_module_hint(error)
+            if hint is None:
+                raise
+            raise ImportError(f"trainers.Trainer: {hint}", name=error.name) from error
         return Trainer
     raise AttributeError(name)

@@ -113,13 +113,19 @@ class TrainerBase:
             all_reduce([0], self.world)  # every rank has checked before rank 0 clears or writes
             if self.rank == 0:
                 run_folder.clear(old_run)
+        made = not self.output_dir.exists()  # this run's own new folder, which a failed load leaves no trace of
         if self.rank == 0:
             check_writable(self.output_dir, "the run")
-        # freeze before the critic copies the model
-        self.processor = tokenizer if vision.is_processor(tokenizer) else load_processor(model)
-        if self.processor is not None:
-            tokenizer = self.processor.tokenizer
-        self.model, self.tokenizer = prepare_model(model, tokenizer, self.device, cfg.freeze_layers)
+        try:
+            # freeze before the critic copies the model
+            self.processor = tokenizer if vision.is_processor(tokenizer) else load_processor(model)
+            if self.processor is not None:
+                tokenizer = self.processor.tokenizer
+            self.model, self.tokenizer = prepare_model(model, tokenizer, self.device, cfg.freeze_layers)
+        except BaseException:
+            if made and self.rank == 0:
+                run_folder.remove_if_empty(self.output_dir)
+            raise
         if cfg.lora.rank:  # in place, before the critic copies the model (its copy gets adapters of its own)
             lora.add_adapters(self.model, cfg)
         self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device), processor=self.processor)

@@ -12,6 +12,7 @@ from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 from ragen_envs.diagnose.filtering import FilterConfig
+from ragen_envs.extras import install_hint, installed
 from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
 
 # What a setting is to a run, declared on its field (``role`` metadata; LEARNS when not declared): LEARNS, it
@@ -209,6 +210,8 @@ class LoRAConfig:
         check_bounds(self, flat_name)
         if not self.target_modules.strip(" ,"):
             raise ValueError(f"lora_target_modules must be module names or 'all-linear', got {self.target_modules!r}")
+        if self.rank and not installed("peft"):  # said before any model loads
+            raise ImportError(f"lora_rank > 0 (--lora-rank) needs peft, which is not installed: {install_hint('lora')}")
 
 
 @_flat_names
@@ -364,7 +367,7 @@ class TrainerConfig:
         tracker = self.report_to  # a tracker named is required; "auto" takes TensorBoard where installed
         if tracker != "auto" and importlib.util.find_spec(tracker) is None:  # its package and extra share its name
             raise ValueError(f"report_to={tracker!r} (--report-to {tracker}): {tracker} is not installed; "
-                             f"pip install {tracker}, or the extra: pip install -e \".[{tracker}]\"")
+                             f"{install_hint(tracker)}")
         if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
             raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
                              "torchrun); without sharding there is nothing to offload")

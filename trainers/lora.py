@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ragen_envs.extras import install_hint
 from trainers.freeze import freeze_bottom
 
 ADAPTER = "default"  # peft's adapter name
@@ -35,7 +36,8 @@ def _peft():
     try:
         import peft
     except ImportError:
-        raise ImportError("lora_rank > 0 needs peft: pip install 'ragen-envs[lora]'") from None
+        raise ImportError(f"lora_rank > 0 (--lora-rank) needs peft, which is not installed: {install_hint('lora')}") \
+            from None
     return peft
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ragen_envs.agent.trajectory import iteration_of, saved_iterations
 from ragen_envs.diagnose.filtering import LOW_RV_RATIO
+from ragen_envs.extras import install_hint
 from trainers.config import PROBE_TERMS, TrainerConfig
 
 
@@ -208,8 +209,8 @@ def tensorboard_writer(run_dir: Path, keep_iterations: int, report_to: str = Tra
         if report_to == "auto":  # else W&B gets the metrics, and TensorBoard was only "where installed"
             why = "TensorBoard is not installed" if isinstance(e, ImportError) else \
                 f"TensorBoard could not start ({type(e).__name__}: {e})"
-            print(f"{why}: metrics go to metrics.jsonl and metrics.csv only (TensorBoard: pip install -e "
-                  f"\".[tensorboard]\")", file=sys.stderr, flush=True)  # stdout is the metrics table's
+            print(f"{why}: metrics go to metrics.jsonl and metrics.csv only (TensorBoard: "
+                  f"{install_hint('tensorboard')})", file=sys.stderr, flush=True)  # stdout is the metrics table's
         return None
 
 

@@ -37,6 +37,15 @@ def new_folder(algorithm: str, envs: list[str], root: str = "runs") -> Path:
     return path
 
 
+def remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` when nothing is in it (a run that failed before writing anything: a model that
+    would not load leaves no empty run folder behind)."""
+    try:
+        folder.rmdir()
+    except OSError:  # not empty, or gone already
+        pass
+
+
 def check(folder: Path, overwrite: bool) -> list[Path]:
     """The old run's files in ``folder``, which ``clear`` removes; without ``overwrite`` a folder that
     holds a run is refused (a ValueError naming the ways out)."""

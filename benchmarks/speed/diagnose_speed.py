@@ -357,9 +357,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     result["verdict"] = verdict(rows)
     print(table(rows))
     print(result["verdict"])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {args.out}")
+    import findings  # benchmarks/studies/, on the path (above)
+
+    findings.write_result(args.out, result)
     return result
 
 

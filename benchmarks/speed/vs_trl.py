@@ -280,9 +280,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     speed = result["trl"]["total_s"] / result["ours"]["total_s"]
     print(f"an iteration: ours {speed:.2f}x {'faster' if speed >= 1 else 'slower'} than TRL's "
           f"(device {result['ours']['device']}, commit {result['commit']})")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {args.out}")
+    findings.write_result(args.out, result)
     return result
 
 

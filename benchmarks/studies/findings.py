@@ -682,6 +682,14 @@ def curves(out: Path, runs: list[tuple[dict, Path]], title: str, style=None) -> 
     return names
 
 
+def write_result(path: str | Path, result: dict) -> None:
+    """A measurement's result as indented JSON at ``path`` (its folder made), saying where."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {path}")
+
+
 def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> None:
     """``results.csv``, ``results.json`` and the printed table."""
     with open(out / "results.csv", "w", newline="") as f:

@@ -264,12 +264,21 @@ def did_you_mean(word: str, known) -> str:
     return f" (known: {', '.join(sorted(known))})"
 
 
+# flags users bring from other tools -> ours (a close spelling is found without them)
+FLAG_SYNONYMS = {"--lr": "--learning-rate", "--steps": "--iterations", "--max-steps": "--iterations",
+                 "--num-iterations": "--iterations", "--epochs": "--ppo-epochs"}
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line after a one-line usage, with "did you mean" for a
-    misspelt flag, and whose ``--help`` is one line a flag, grouped (``--help-all``: argparse's own)."""
+    misspelt flag (or one named as another tool names it: ``FLAG_SYNONYMS``), and whose ``--help`` is one
+    line a flag, grouped (``--help-all``: argparse's own). A flag is taken only when written whole: argparse's
+    abbreviations would take ``--iteration 3`` as ``--iterations`` silently, and a later flag could change
+    what an abbreviation means."""
 
     def __init__(self, *args, **kwargs):
         short = kwargs.pop("short_help", False)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **{**kwargs, "add_help": not short and kwargs.get("add_help", True)})
         if short:
             self.add_argument("-h", "--help", action=_Help, help="one line a flag, grouped")
@@ -278,8 +287,10 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         if message.startswith("unrecognized arguments:"):
             flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
-            hints = [did_you_mean(word.split("=")[0], flags).removeprefix("; ")
-                     for word in message.split(":", 1)[1].split() if word.startswith("--")]
+            hints = [f"did you mean {FLAG_SYNONYMS[flag]!r}?" if FLAG_SYNONYMS.get(flag) in flags
+                     else did_you_mean(flag, flags).removeprefix("; ")
+                     for flag in (word.split("=")[0] for word in message.split(":", 1)[1].split())
+                     if flag.startswith("--")]
             message = "; ".join([message, *[h for h in hints if h.startswith("did you mean")]])
         self.exit(2, f"usage: {self.prog} [options] ({self.prog} --help lists them)\n{self.prog}: error: {message}\n")
 

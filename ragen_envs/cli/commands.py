@@ -27,6 +27,7 @@ from pathlib import Path
 from ragen_envs import __version__
 from ragen_envs.agent import vision
 from ragen_envs.cli import args as cli_args
+from ragen_envs.extras import install_hint, missing_module_hint
 from ragen_envs.agent.backends import PolicyConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.agent.threads import set_threads
@@ -142,7 +143,7 @@ def cmd_train(args) -> int:
                          "OpenAI server cannot load the trained weights")
     policy = cli_args.build(PolicyConfig, args, include=ROLLOUT_POLICY_FIELDS)
     if policy.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ValueError("--backend vllm needs vLLM: pip install -e \".[gpu]\" (docs/gpu.md)")
+        raise ValueError(f"--backend vllm needs vLLM: {install_hint('gpu')} (docs/gpu.md)")
     done = finished_iteration(config, policy.model)
     if done is not None:  # told before the model loads, as Trainer.train would after it
         print(nothing_to_train(config.output_dir, done, config.num_iterations))
@@ -421,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         message = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, ImportError) and missing_module_hint(error):  # "No module named 'torch'" says too little
+            message = f"{message}: {missing_module_hint(error)}"
         if isinstance(error, USER_ERRORS):
             print(f"ragen: error: {message}", file=sys.stderr)
             return 2

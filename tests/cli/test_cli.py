@@ -270,6 +270,8 @@ def no_loading(*args, **kwargs):
     (["eval", "--env", SLIPPERY, "--env-kwargs", '{"slp": 0.2}'], "unknown argument 'slp'; did you mean 'slip'?"),
     (["eval", "--env", DEFAULT.lower()], f"did you mean {DEFAULT!r}?"),
     (TRAIN + ["--temprature", "0.5"], "unrecognized arguments: --temprature 0.5; did you mean '--temperature'?"),
+    (TRAIN + ["--lr", "1e-4"], "unrecognized arguments: --lr 1e-4; did you mean '--learning-rate'?"),  # others' name
+    (TRAIN + ["--iteration", "3"], "unrecognized arguments: --iteration 3; did you mean '--iterations'?"),  # no abbrev.
     (["eval", "--env", SMOKE, "--lerning-rate", "1"], "ragen eval: error: unrecognized arguments: --lerning-rate"),
     (["train", "--iterations", "x"], "argument --iterations: invalid int value: 'x'"),
     (TRAIN + ["--backend", "openai", "--model", "m"], "cannot load the trained weights"),
@@ -323,6 +325,33 @@ def test_a_hub_id_that_is_neither_cached_nor_reachable_fails_fast(capsys, monkey
     monkeypatch.setattr(huggingface_hub, "model_info", offline)
     assert main(["eval", "--env", SMOKE, "--model", "someone/not-cached-here"]) == 2
     assert "Hub cannot be reached" in capsys.readouterr().err
+
+
+def test_a_model_that_will_not_load_leaves_no_empty_run_folder(tmp_path, capsys, monkeypatch):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", offline)
+    run = tmp_path / "run"
+    assert main(TRAIN + ["--model", "someone/not-cached-here", "--output-dir", str(run)]) == 2
+    assert "Hub cannot be reached" in capsys.readouterr().err and not run.exists()
+    run.mkdir()  # a folder the user made stays
+    assert main(TRAIN + ["--model", "someone/not-cached-here", "--output-dir", str(run)]) == 2
+    assert run.is_dir()
+
+
+def test_lora_without_peft_is_one_line_before_any_model_loads(capsys, monkeypatch):
+    import importlib.util
+
+    import transformers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_loading)
+    assert main(TRAIN + ["--lora-rank", "8"]) == 2
+    assert 'needs peft, which is not installed: pip install "ragen-envs[lora]"' in capsys.readouterr().err
 
 
 def test_debug_shows_the_traceback(capsys):

@@ -306,6 +306,10 @@ def test_ansi_render_is_the_text(any_env_id):
     obs, _ = env.reset(seed=0)
     # an env seen as an image still renders its text form for a terminal
     assert env.render() == (env.unwrapped.text_observation() if isinstance(obs, np.ndarray) else _text(obs))
+    plain = gym.make(any_env_id)
+    plain.reset(seed=0)
+    with pytest.warns(UserWarning, match="without specifying any render mode"):  # never silently nothing
+        assert plain.unwrapped.render() is None
 
 
 def test_the_oracles_reasoning_states_every_fact_the_env_checks(any_env_id):

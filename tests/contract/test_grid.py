@@ -171,7 +171,7 @@ def test_envs_made_alike_share_a_seeds_find_instead_of_searching_again(env_id):
         env.reset(seed=11, options={"transition_seed": len(draws)})
         draws.append(count[0])
     assert draws[0] > 1 and draws[1:] == [1, 1]  # 6-move episodes are rare: the first searched
-    assert len({env.unwrapped.render() for env in made}) == 1
+    assert len({env.unwrapped.text_observation() for env in made}) == 1  # the same board
 
 
 def test_solution_lengths_out_of_reach_or_malformed_say_so(env_id):
@@ -184,3 +184,10 @@ def test_solution_lengths_out_of_reach_or_malformed_say_so(env_id):
     for bad in [(), (0,), "12", (1.5,), True, [2, None]]:
         with pytest.raises(ValueError, match="solution_lengths"):
             gym.make(env_id, solution_lengths=bad)
+
+
+def test_render_without_a_render_mode_says_so_as_gymnasium_does(env_id):
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    with pytest.warns(UserWarning, match="without specifying any render mode"):
+        assert env.unwrapped.render() is None

@@ -62,7 +62,7 @@ def test_rank_0_leaves_the_model_alone_and_needs_no_peft(tokenizer, tmp_path, mo
     trainer(tokenizer, tmp_path, model, lora_rank=0).train()
     assert not lora.adapted(model) and set(model.state_dict()) == names
     assert not (tmp_path / "run" / "checkpoint-1" / lora.ADAPTER_DIR).exists()
-    with pytest.raises(ImportError, match=r"pip install 'ragen-envs\[lora\]'"):
+    with pytest.raises(ImportError, match=r'needs peft, which is not installed: pip install "ragen-envs\[lora\]"'):
         trainer(tokenizer, tmp_path / "x")
 
 

