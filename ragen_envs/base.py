@@ -333,9 +333,9 @@ def bounded(default, *, min=None, above=None, max=None, why: str = "", **metadat
     return dataclasses.field(default=default, metadata={**metadata, "bounds": limits, "why": why})
 
 
-def check_bounds(config) -> None:
+def check_bounds(config, name=None) -> None:
     """A ValueError for each field of the dataclass ``config`` outside the bounds ``bounded`` declared (None
-    passes where the field's type admits it)."""
+    passes where the field's type admits it); ``name(field)``: what a message calls it (default: its name)."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         limits = f.metadata.get("bounds")
@@ -343,7 +343,7 @@ def check_bounds(config) -> None:
         optional = type(None) in typing.get_args(hints.get(f.name))
         if not limits or value is None and optional:
             continue
-        Bounds(**limits, why=f.metadata.get("why", "")).check(f.name, value, optional=optional)
+        Bounds(**limits, why=f.metadata.get("why", "")).check(name(f) if name else f.name, value, optional=optional)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,9 +459,10 @@ def check_solution_lengths(lengths) -> tuple[int, ...] | None:
     return tuple(int(n) for n in lengths)
 
 
-def check_choices(config) -> None:
+def check_choices(config, name=None) -> None:
     """A ValueError for each field of the dataclass ``config`` typed ``Literal[...]`` (or ``... | None``)
-    whose value is not one of its choices: a config's option sets are written once, in its types."""
+    whose value is not one of its choices: a config's option sets are written once, in its types.
+    ``name(field)``: what a message calls it (default: its name)."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         hint = hints.get(f.name)
@@ -474,7 +475,8 @@ def check_choices(config) -> None:
             choices.append(None)
         value = getattr(config, f.name)
         if value not in choices:
-            raise ValueError(f"{f.name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+            raise ValueError(f"{name(f) if name else f.name} must be one of {', '.join(map(repr, choices))}, "
+                             f"got {value!r}")
 
 
 def check_positive_int(name: str, value) -> None:

@@ -1,11 +1,12 @@
 """RL trainers for LLM agents (PPO, GRPO, DAPO, Dr. GRPO) with SNR-aware filtering and MI logging."""
 
-from ragen_envs.diagnose.filtering import select_groups
+from ragen_envs.diagnose.filtering import FilterConfig, select_groups
 from ragen_envs.diagnose.mi import MIZScoreEMA, mi_metrics
 from ragen_envs.extras import missing_module_hint
-from trainers.config import TrainerConfig
+from trainers.config import EvalConfig, GradientProbeConfig, LoRAConfig, SaveConfig, TrainerConfig
 
-__all__ = ["MIZScoreEMA", "Trainer", "TrainerConfig", "mi_metrics", "select_groups"]
+__all__ = ["EvalConfig", "FilterConfig", "GradientProbeConfig", "LoRAConfig", "MIZScoreEMA", "SaveConfig", "Trainer",
+           "TrainerConfig", "mi_metrics", "select_groups"]
 
 
 def __getattr__(name):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -44,7 +44,7 @@ def finished_iteration(cfg: TrainerConfig, model) -> int | None:
     """The iteration of the checkpoint ``cfg`` resumes, where the run has already reached
     ``num_iterations`` (so there is nothing to train, and no model need load); else None."""
     where = cfg.resume_from_checkpoint
-    if not where or cfg.exit_after_gradient_analysis or not cfg.output_dir and where == "latest":
+    if not where or cfg.probe.only or not cfg.output_dir and where == "latest":
         return None  # nothing to resume, or a probe; the Trainer reports a "latest" without a folder
     found = checkpoint.find(Path(cfg.output_dir or Path(where).parent), where)
     iteration = checkpoint.validate(found, cfg.algorithm, model_name(model))["iteration"]
@@ -55,7 +55,7 @@ def check_held_out(cfg: TrainerConfig, groups: int, envs: int, world: int) -> No
     """A ValueError where a validation env seed is also a training one: validation takes ``eval_episodes``
     seeds per env, one after another from ``eval_seed``; each rank's rollouts take the next ``groups``
     seeds an iteration from its own start."""
-    val = range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes * envs)
+    val = range(cfg.evaluation.seed, cfg.evaluation.seed + cfg.evaluation.episodes * envs)
     for rank in range(world):
         start = cfg.rollout.seed + rank * RANK_SEED_STRIDE
         trained = range(start, start + groups * cfg.num_iterations)
@@ -95,7 +95,7 @@ class TrainerBase:
         # Everything that can be checked without the model is checked before it loads.
         self.device = pick_device(device)
         mix = check_envs(env or env_for("default"), cfg.rollout, NO_MODEL if vision.is_processor(tokenizer) else model)
-        if cfg.eval_steps:
+        if cfg.evaluation.steps:
             check_held_out(cfg, sum(mix.values()), len(mix), self.world)
         self.output_dir = self._run_folder(cfg, mix)
         self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
@@ -126,7 +126,7 @@ class TrainerBase:
             if made and self.rank == 0:
                 run_folder.remove_if_empty(self.output_dir)
             raise
-        if cfg.lora_rank:  # in place, before the critic copies the model (its copy gets adapters of its own)
+        if cfg.lora.rank:  # in place, before the critic copies the model (its copy gets adapters of its own)
             lora.add_adapters(self.model, cfg)
         self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device), processor=self.processor)
         self.callbacks = list(callbacks)
@@ -172,7 +172,7 @@ class TrainerBase:
         self._progress_of = ("", 0.0, 0.0)
         self.unsaved_rollouts = None  # this iteration's trajectories, when rollouts/ is to keep them
         # Only rank 0 writes metrics and checkpoints. A probe alone leaves the run's record and metrics be.
-        probe_only = cfg.exit_after_gradient_analysis
+        probe_only = cfg.probe.only
         self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration, report_to=cfg.report_to,
                                     run_config=self.record) if self.rank == 0 and not probe_only else None
         if self.rank == 0 and not probe_only:
@@ -201,8 +201,8 @@ class TrainerBase:
         Returns this call's per-iteration metrics (empty when the run was already complete)."""
         cfg = self.config
         history = []
-        saving = cfg.save_strategy == "steps"
-        if cfg.exit_after_gradient_analysis:  # one probe of the weights as they are, then stop
+        saving = cfg.saving.strategy == "steps"
+        if cfg.probe.only:  # one probe of the weights as they are, then stop
             # numbered as the iteration it would have begun (an in-run probe's number for the same weights)
             metrics = {**self.iteration_step(), "iteration": self.iteration + 1}
             if self.rank == 0:
@@ -217,7 +217,7 @@ class TrainerBase:
                 print(nothing_to_train(self.output_dir, self.iteration, cfg.num_iterations), flush=True)
             return history
         self._bar = progress.bar(cfg.num_iterations, "it", "training") if self.rank == 0 else None
-        if cfg.eval_steps and self.iteration == 0:  # the start, to compare the run with
+        if cfg.evaluation.steps and self.iteration == 0:  # the start, to compare the run with
             history.append(self._log({"iteration": 0, **self.validate()}, print_row=bool(cfg.logging_steps)))
         self._phase("starting")
         while self.iteration < cfg.num_iterations:
@@ -226,8 +226,8 @@ class TrainerBase:
             metrics["iteration"] = self.iteration
             # The streak comes from the global filter, so every rank stops at the same iteration.
             stop = bool(cfg.filter_empty_stop) and self.empty_filter_streak >= cfg.filter_empty_stop
-            if cfg.eval_steps and (self.iteration % cfg.eval_steps == 0 or self.iteration == cfg.num_iterations
-                                   or stop):
+            every = cfg.evaluation.steps
+            if every and (self.iteration % every == 0 or self.iteration == cfg.num_iterations or stop):
                 metrics.update(self.validate())
             history.append(metrics)
             for callback in self.callbacks:
@@ -237,7 +237,7 @@ class TrainerBase:
                 save_jsonl(self.unsaved_rollouts, rollouts_path(self.output_dir, self.iteration))
                 self.unsaved_rollouts = None
             self._phase("done" if self.iteration == cfg.num_iterations else "next")
-            if saving and cfg.save_steps and self.iteration % cfg.save_steps == 0:
+            if saving and cfg.saving.steps and self.iteration % cfg.saving.steps == 0:
                 self.save_checkpoint()  # on every rank: a sharded model is gathered first; rank 0 writes
             if stop:
                 if self.logger is not None:
@@ -245,7 +245,7 @@ class TrainerBase:
                           f"row (filter_empty_stop={cfg.filter_empty_stop}; RAGEN's rollout_filter_empty_stop_steps)",
                           flush=True)
                 break
-        if saving and (not cfg.save_steps or self.iteration % cfg.save_steps):
+        if saving and (not cfg.saving.steps or self.iteration % cfg.saving.steps):
             self.save_checkpoint()
         if self.rank == 0 and cfg.plot:
             self.plot_path = plot_run(self.output_dir)
@@ -269,13 +269,13 @@ class TrainerBase:
         metrics of all of them."""
         cfg = self.config
         start = time.perf_counter()
-        self._phase("validation", episodes=cfg.eval_episodes * len(self.runner.mix))
-        config = held_out_config(cfg.rollout, cfg.eval_episodes, cfg.eval_seed,
-                                 cfg.eval_temperature if temperature is None else temperature)
+        self._phase("validation", episodes=cfg.evaluation.episodes * len(self.runner.mix))
+        config = held_out_config(cfg.rollout, cfg.evaluation.episodes, cfg.evaluation.seed,
+                                 cfg.evaluation.temperature if temperature is None else temperature)
         self.model.eval()
         with gathered(self.scorer, self.sharded):  # the ranks play different numbers of forwards
-            rows = play_held_out(self.rollout_policy, {env_id: cfg.eval_episodes for env_id in self.runner.mix},
-                                 config, cfg.eval_seed, part=(self.rank, self.world))
+            rows = play_held_out(self.rollout_policy, {env_id: cfg.evaluation.episodes for env_id in self.runner.mix},
+                                 config, cfg.evaluation.seed, part=(self.rank, self.world))
         played = summarise_held_out(all_gather_rows(rows, self.world))
         return {**{f"val/{k}": v for k, v in played.items()}, "time/eval_s": time.perf_counter() - start}
 
@@ -332,13 +332,13 @@ class TrainerBase:
                    "critic": None if self.critic_trunk is None else self.critic_trunk.state_dict()}
         meta = {"iteration": self.iteration, **self.runner.state_dict(),
                 "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()},
-                "model": self.model_name, "config": asdict(self.config)}
+                "model": self.model_name, "config": self.config.to_dict()}
         written = []
 
         def write(folder: Path) -> None:
             # a vision-language model's processor: its checkpoint loads as one again
             written.append(checkpoint.save(folder, self.iteration, self.model, self.processor or self.tokenizer,
-                                           tensors, meta, keep=self.config.save_total_limit, state_dict=weights))
+                                           tensors, meta, keep=self.config.saving.total_limit, state_dict=weights))
 
         with progress.step(f"writing checkpoint-{self.iteration}") as note:
             save_or_keep(write, self.output_dir, f"checkpoint-{self.iteration}")  # a full disk loses no weights

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-from dataclasses import asdict, dataclass, field, fields
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
-from ragen_envs.diagnose.filtering import CONTROLS, LEVELS, METRICS, ORDERS, PROB_MODES, STRATEGIES, FilterConfig
+from ragen_envs.diagnose.filtering import FilterConfig
 from ragen_envs.extras import install_hint, installed
 from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
 
@@ -21,8 +23,66 @@ LEARNS, MEASURES, PLACE = "learns", "measures", "place"
 
 
 def setting(default, role: str = LEARNS, **metadata):
-    """A dataclass field with its role (and other metadata such as ``flag``) declared beside it."""
+    """A dataclass field with its role (and other metadata such as ``flag`` or ``help``) declared beside it."""
     return field(default=default, metadata={**metadata, "role": role})
+
+
+# Settings that travel together are one object nested in TrainerConfig, a group (``cfg.filtering``, a
+# FilterConfig). Each of a group's fields keeps the flat name it had before the group was nested
+# (``metadata["flat"]``, else its own name): TrainerConfig takes it as a keyword argument and has it as an
+# attribute (``TrainerConfig(filter_value=0.5).filter_value``), a run's record (``to_dict``: config.json, a
+# study cell's config) keeps it flat under that name, so old records load and compare as they did, and it
+# names the flag (``--filter-value``). The rollout is nested too, but not a group: its record nests.
+
+
+def group(cls):
+    """A TrainerConfig field holding the group ``cls`` (a dataclass of settings that travel together)."""
+    return field(default_factory=cls, metadata={"group": True})
+
+
+def flat_name(f) -> str:
+    """The name a group's field ``f`` goes by outside the group (in TrainerConfig and its record)."""
+    return f.metadata.get("flat", f.name)
+
+
+def _flat_names(cls):
+    """Over @dataclass: ``cls`` takes its groups' settings by their flat names as keyword arguments (over the
+    group given, if one is) and has them as attributes (set: the group replaced, checked again); a group
+    given as a dict becomes its dataclass."""
+    hints = typing.get_type_hints(cls)
+    groups = [g.name for g in fields(cls) if g.metadata.get("group")]
+    cls.FLAT_NAMES = {flat_name(f): (name, f.name) for name in groups for f in fields(hints[name])}
+    named = [flat_name(f) for name in groups for f in fields(hints[name])] + [f.name for f in fields(cls)]
+    if len(set(named)) < len(named):
+        raise TypeError(f"{cls.__name__}: flat names taken twice: {sorted({n for n in named if named.count(n) > 1})}")
+    generated = cls.__init__
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        for name in groups:
+            if isinstance(kwargs.get(name), dict):
+                kwargs[name] = hints[name](**kwargs[name])
+        given: dict[str, dict] = {}
+        for key in [k for k in kwargs if k in cls.FLAT_NAMES]:
+            name, inner = cls.FLAT_NAMES[key]
+            given.setdefault(name, {})[inner] = kwargs.pop(key)
+        for name, values in given.items():
+            kwargs[name] = replace(kwargs[name], **values) if kwargs.get(name) is not None else hints[name](**values)
+        generated(self, *args, **kwargs)
+
+    def alias(name: str, inner: str) -> property:
+        def get(self):
+            return getattr(getattr(self, name), inner)
+
+        def put(self, value):
+            setattr(self, name, replace(getattr(self, name), **{inner: value}))
+
+        return property(get, put, doc=f"``{name}.{inner}``, by its flat name")
+
+    cls.__init__ = __init__
+    for flat, (name, inner) in cls.FLAT_NAMES.items():
+        setattr(cls, flat, alias(name, inner))
+    return cls
 
 
 CRITIC_LR_RATIO = 10.0  # RAGEN's critic learning rate over the actor's (config/base.yaml: 1e-5 and 1e-6)
@@ -59,6 +119,102 @@ ALGORITHM_DEFAULTS = {
 }
 
 
+@dataclass(frozen=True)
+class EvalConfig:
+    """Validation's settings (RAGEN's ``trainer.test_freq``, ``val_before_train``): held-out episodes, never trained
+    on. ``TrainerConfig.evaluation``; flat names ``eval_steps``, ``eval_episodes``, ``eval_seed``,
+    ``eval_temperature``."""
+    steps: int = bounded(0, min=0, role=MEASURES, flat="eval_steps",
+                         help="play them before the first iteration, every this many and at the last (0: never)")
+    episodes: int = bounded(512, min=1, role=MEASURES, flat="eval_episodes",
+                            help="one episode per env seed (RAGEN's es_manager.val: 512 groups of one)")
+    seed: int = setting(123, MEASURES, flat="eval_seed", help="their env seeds start here (RAGEN's seed.val)")
+    temperature: float = bounded(0.5, min=0, role=MEASURES, flat="eval_temperature",
+                                 help="their sampling temperature (RAGEN's rollout.val_kwargs)")
+
+    def __post_init__(self):
+        check_bounds(self, flat_name)
+
+
+@dataclass(frozen=True)
+class GradientProbeConfig:
+    """The gradient probe's settings (``trainers/gradient_probe.py``; RAGEN's ``gradient_analysis_*``): each loss
+    term's gradient norm by reward-variance bucket, measured without a step, so none changes what a run learns.
+    ``TrainerConfig.probe``; flat names ``gradient_analysis_every``, ..., ``exit_after_gradient_analysis``."""
+    every: int = bounded(0, min=0, role=MEASURES, flat="gradient_analysis_every", help="probe the kept batch before "
+                         "the update at the first iteration and every this many after (1, 1 + N, ...; RAGEN's "
+                         "gradient_analysis_every, on there every 50; 0: never); no step, no change to the run")
+    num_buckets: int = bounded(6, min=1, role=MEASURES, flat="gradient_analysis_num_buckets",
+                               help="quantile buckets of kept groups by reward std")
+    bucket_mode: Literal[BUCKET_MODES] = setting("quantile", MEASURES, flat="gradient_analysis_bucket_mode",
+                                                 help="quantile: equal numbers of groups sorted by reward std | "
+                                                 "fixed_rv: RAGEN's std intervals [0,1), ..., [5,inf)")
+    env_groups: int | None = bounded(None, min=1, role=MEASURES, flat="gradient_analysis_env_groups",
+                                     help="groups of a separate batch rolled out for the probe only, never trained "
+                                     "on (None: the training batch)")
+    group_size: int | None = bounded(None, min=2, why="a reward std needs two samples", role=MEASURES,
+                                     flat="gradient_analysis_group_size", help="that batch's group size (None: the "
+                                     "run's; with env_groups None too, the probe uses the training batch)")
+    filter: bool = setting(True, MEASURES, flat="gradient_analysis_filter", help="that batch filtered as the run "
+                           "filters (RAGEN's probe); False: every group of it, zero-variance ones included, so the "
+                           "buckets span the low-variance groups the paper contrasts (needs that batch)")
+    only: bool = setting(False, MEASURES, flat="exit_after_gradient_analysis", flag="gradient_analysis_only",
+                         help="probe this call's first iteration, write its metrics and stop: no update, no "
+                         "checkpoint (RAGEN's exit_after_gradient_analysis; with --resume it probes a checkpoint)")
+
+    def __post_init__(self):
+        check_choices(self, flat_name)
+        check_bounds(self, flat_name)
+        if not self.filter and self.env_groups is None and self.group_size is None:
+            raise ValueError("gradient_analysis_filter=False probes a batch of the probe's own whole: it needs "
+                             "gradient_analysis_env_groups or gradient_analysis_group_size (the training batch "
+                             "trains on what the filter kept)")
+
+
+@dataclass(frozen=True)
+class SaveConfig:
+    """What a run saves and how often: its checkpoints (TRL's ``save_*``) and the episodes it played. Where it
+    writes, not what it learns. ``TrainerConfig.saving``; flat names ``save_strategy``, ``save_steps``,
+    ``save_total_limit``, ``save_rollouts_steps``."""
+    strategy: Literal["steps", "no"] = setting("steps", PLACE, flat="save_strategy", help="\"steps\": a checkpoint "
+                                               "every save_steps iterations and at the end; \"no\": none (sweeps "
+                                               "that keep only metrics)")
+    steps: int = bounded(0, min=0, role=PLACE, flat="save_steps",
+                         help="checkpoint every this many iterations (0: only at the end)")
+    total_limit: int | None = bounded(None, min=1, role=PLACE, flat="save_total_limit", help="keep only the newest "
+                                      "N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB")
+    rollouts_steps: int = bounded(5, min=0, role=PLACE, flat="save_rollouts_steps", help="write the iteration's "
+                                  "trajectories to rollouts/iteration-<n>.jsonl every this many iterations and at the "
+                                  "last (0: never); `ragen view RUN_DIR` shows them")
+
+    def __post_init__(self):
+        check_choices(self, flat_name)
+        check_bounds(self, flat_name)
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    """LoRA's settings (RAGEN's ``lora.*``): low-rank adapters trained instead of the weights (``trainers/lora.py``
+    makes peft's own LoraConfig of them). ``TrainerConfig.lora``; flat names ``lora_rank``, ``lora_alpha``,
+    ``lora_target_modules``."""
+    rank: int = bounded(0, min=0, flat="lora_rank", help="the adapters' rank, 0: off (RAGEN's lora.rank); > 0 trains "
+                        "only them (peft, trainers/lora.py), the KL reference is the model with them off, and a "
+                        "checkpoint keeps the adapter beside the merged model")
+    alpha: int = bounded(64, above=0, flat="lora_alpha",
+                         help="the adapters' scale is alpha / rank (RAGEN's lora.alpha)")
+    target_modules: str = setting("all-linear", flat="lora_target_modules", help="comma-separated module names, or "
+                                  "\"all-linear\": every linear layer but the LM head (peft's meaning; RAGEN's "
+                                  "lora.target_modules)")
+
+    def __post_init__(self):
+        check_bounds(self, flat_name)
+        if not self.target_modules.strip(" ,"):
+            raise ValueError(f"lora_target_modules must be module names or 'all-linear', got {self.target_modules!r}")
+        if self.rank and not installed("peft"):  # said before any model loads
+            raise ImportError(f"lora_rank > 0 (--lora-rank) needs peft, which is not installed: {install_hint('lora')}")
+
+
+@_flat_names
 @dataclass
 class TrainerConfig:
     # -- run: algorithm, length, folder ------------------------------------------------------
@@ -95,13 +251,7 @@ class TrainerConfig:
     micro_batch_size: int = bounded(2, min=1)  # sequences per forward/backward (gradient accumulation)
 
     # -- LoRA: train low-rank adapters instead of the weights (RAGEN's lora.*; rank 0: off) ------
-    # the adapters' rank, 0: off (RAGEN's lora.rank); > 0 trains only them (peft, trainers/lora.py), the KL
-    # reference is the model with them off, and a checkpoint keeps the adapter beside the merged model
-    lora_rank: int = bounded(0, min=0)
-    lora_alpha: int = bounded(64, above=0)  # the adapters' scale is alpha / rank (RAGEN's lora.alpha)
-    # comma-separated module names, or "all-linear": every linear layer but the LM head (peft's meaning;
-    # RAGEN's lora.target_modules)
-    lora_target_modules: str = "all-linear"
+    lora: LoRAConfig = group(LoRAConfig)  # lora_rank, lora_alpha, lora_target_modules
 
     # -- devices: data parallel and precision -------------------------------------------------
     # under torchrun: "ddp" keeps a full copy of the model on every rank; "fsdp" shards weights, gradients
@@ -144,28 +294,13 @@ class TrainerConfig:
     vf_coef: float = bounded(0.5, min=0)  # value loss weight (gae)
     cliprange_value: float = bounded(0.5, min=0)  # value clipping (verl's critic default)
 
-    # -- filter: SNR-aware filtering (ragen_envs/diagnose/filtering.py: RAGEN's released selection rules;
-    # the trainer reads these as one FilterConfig, the `filtering` property) --
-    filter: Literal[STRATEGIES] = "none"  # none | top_p | top_k | top_k_abs | min_p
-    # rho: share of the summed score (top_p; >= 1 keeps all), of the groups (top_k), a count (top_k_abs)
-    filter_value: float = 0.9
-    # group score: std of returns (RAGEN's code) | variance (the paper's text) | mean | sum | entropy |
-    # entropy_std | length
-    filter_metric: Literal[METRICS] = "std"
-    filter_prob_mode: Literal[PROB_MODES] = "linear"  # top_p over the scores themselves, or their softmax
-    filter_order: Literal[ORDERS] = "largest"  # keep the highest scores, or the lowest (an ablation)
-    include_zero: bool = True  # False: drop zero-score groups before ranking (RAGEN's rollout_filter_include_zero)
-    # top_k / top_k_abs: pass over this share of the ranked groups first (top_k 0.25 with skip 0.5 trains
-    # on the third reward-variance quartile only: the paper's quartile stress test)
-    filter_skip: float = 0.0
-    # prompt: rank the groups (the paper's filter); trajectory: keep every group and rank the trajectories
-    # inside each by |R - mean| (std) or (R - mean)^2 (variance), the paper's counter-example
-    filter_level: Literal[LEVELS] = "prompt"
-    # random: train on as many groups as the rule keeps, drawn at random from the batch (a filter
-    # contrast's control arm: same number of groups and update steps, random groups)
-    filter_control: Literal[CONTROLS] = "none"
-    # stop the run after this many iterations in a row in which the filter keeps nothing (0: never)
-    filter_empty_stop: int = bounded(5, min=0)
+    # -- filter: SNR-aware filtering (RAGEN's released selection rules, ragen_envs/diagnose/filtering.py) --
+    # which groups the filter keeps: filter (its strategy), filter_value, ..., include_zero (FilterConfig)
+    filtering: FilterConfig = group(FilterConfig)
+    # Not in FilterConfig, which says only what the filter keeps (what filter_preview and the integrations
+    # take): this setting stops the run, and filter_loss_scaling (below) scales the update by the kept share.
+    filter_empty_stop: int = bounded(5, min=0, help="stop the run after this many iterations in a row in which "
+                                     "the filter keeps nothing (0: never)")
 
     # -- RAGEN's reward and advantage options (config/base.yaml; each off, as there) -----------------
     # rewards normalised before the filter and the advantages see them, within each prompt group
@@ -205,32 +340,9 @@ class TrainerConfig:
     # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
     mi_trajectory_pairs: int = bounded(64, min=0)
     # -- gradient probe: each loss term's gradient norm by reward-variance bucket (trainers/gradient_probe.py) --
-    # probe the kept batch before the update at the first iteration and every this many after (1, 1 + N, ...;
-    # RAGEN's gradient_analysis_every, on there every 50; 0: never); no step, no change to the run
-    gradient_analysis_every: int = bounded(0, min=0, role=MEASURES)
-    # quantile buckets of kept groups by reward std
-    gradient_analysis_num_buckets: int = bounded(6, min=1, role=MEASURES)
-    # quantile: equal numbers of groups sorted by reward std | fixed_rv: RAGEN's std intervals [0,1), ..., [5,inf)
-    gradient_analysis_bucket_mode: Literal[BUCKET_MODES] = setting("quantile", MEASURES)
-    # groups of a separate batch rolled out for the probe only, never trained on (None: the training batch)
-    gradient_analysis_env_groups: int | None = bounded(None, min=1, role=MEASURES)
-    # that batch's group size (None: the run's; with env_groups None too, the probe uses the training batch)
-    gradient_analysis_group_size: int | None = bounded(None, min=2, why="a reward std needs two samples",
-                                                       role=MEASURES)
-    # that batch filtered as the run filters (RAGEN's probe); False: every group of it, zero-variance ones
-    # included, so the buckets span the low-variance groups the paper contrasts (needs that batch)
-    gradient_analysis_filter: bool = setting(True, MEASURES)
-    # probe this call's first iteration, write its metrics and stop: no update, no checkpoint (RAGEN's
-    # exit_after_gradient_analysis; with --resume it probes a checkpoint)
-    exit_after_gradient_analysis: bool = setting(False, MEASURES, flag="gradient_analysis_only")
+    probe: GradientProbeConfig = group(GradientProbeConfig)  # gradient_analysis_*
     # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
-    # play them before the first iteration, every this many and at the last (0: never)
-    eval_steps: int = bounded(0, min=0, role=MEASURES)
-    # one episode per env seed (RAGEN's es_manager.val: 512 groups of one)
-    eval_episodes: int = bounded(512, min=1, role=MEASURES)
-    eval_seed: int = setting(123, MEASURES)  # their env seeds start here (RAGEN's seed.val)
-    # their sampling temperature (RAGEN's rollout.val_kwargs)
-    eval_temperature: float = bounded(0.5, min=0, role=MEASURES)
+    evaluation: EvalConfig = group(EvalConfig)  # eval_steps, eval_episodes, eval_seed, eval_temperature
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
     logging_steps: int = bounded(1, min=0, role=PLACE)  # print the metrics table every this many iterations
     # where metrics go beside metrics.jsonl/csv. "auto": TensorBoard (the run folder's tensorboard/) when
@@ -239,14 +351,7 @@ class TrainerConfig:
     report_to: Literal["auto", "tensorboard", "wandb"] = setting("auto", PLACE)
     # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
     plot: bool = setting(True, PLACE)
-    # "steps": a checkpoint every save_steps iterations and at the end; "no": none (sweeps that keep only metrics)
-    save_strategy: Literal["steps", "no"] = setting("steps", PLACE)
-    save_steps: int = bounded(0, min=0, role=PLACE)  # checkpoint every this many iterations (0: only at the end)
-    # keep only the newest N checkpoints (None: all); a 135M-parameter checkpoint takes 1.6 GB
-    save_total_limit: int | None = bounded(None, min=1, role=PLACE)
-    # write the iteration's trajectories to rollouts/iteration-<n>.jsonl every this many iterations and
-    # at the last (0: never); `ragen view RUN_DIR` shows them
-    save_rollouts_steps: int = bounded(5, min=0, role=PLACE)
+    saving: SaveConfig = group(SaveConfig)  # save_strategy, save_steps, save_total_limit, save_rollouts_steps
     # a checkpoint folder (its parent becomes output_dir when that is None), or "latest" in output_dir
     resume_from_checkpoint: str | None = setting(None, PLACE, flag="resume")
     # on resume, run with settings that differ from the run's config.json (kept there in its "history",
@@ -256,15 +361,9 @@ class TrainerConfig:
     def __post_init__(self):
         check_choices(self)  # every Literal-typed field against its choices
         check_bounds(self)  # every numeric field against the bounds declared with it
-        self.filtering  # the filter's settings together: a ValueError for any the rules do not take
         if self.rollout.group_size < 2:
             raise ValueError(f"rollout.group_size must be >= 2 (group statistics need two samples), "
                              f"got {self.rollout.group_size}")
-        if not self.lora_target_modules.strip(" ,"):
-            raise ValueError(f"lora_target_modules must be module names or 'all-linear', "
-                             f"got {self.lora_target_modules!r}")
-        if self.lora_rank and not installed("peft"):  # said before any model loads
-            raise ImportError(f"lora_rank > 0 (--lora-rank) needs peft, which is not installed: {install_hint('lora')}")
         tracker = self.report_to  # a tracker named is required; "auto" takes TensorBoard where installed
         if tracker != "auto" and importlib.util.find_spec(tracker) is None:  # its package and extra share its name
             raise ValueError(f"report_to={tracker!r} (--report-to {tracker}): {tracker} is not installed; "
@@ -272,11 +371,6 @@ class TrainerConfig:
         if self.fsdp_cpu_offload and self.data_parallel != "fsdp":
             raise ValueError("fsdp_cpu_offload offloads FSDP2's shards: it needs data_parallel='fsdp' (under "
                              "torchrun); without sharding there is nothing to offload")
-        if not self.gradient_analysis_filter and self.gradient_analysis_env_groups is None \
-                and self.gradient_analysis_group_size is None:
-            raise ValueError("gradient_analysis_filter=False probes a batch of the probe's own whole: it needs "
-                             "gradient_analysis_env_groups or gradient_analysis_group_size (the training batch "
-                             "trains on what the filter kept)")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ValueError("overwrite_output_dir and resume_from_checkpoint exclude each other: "
                              "overwriting would delete the checkpoint to resume from")
@@ -303,21 +397,28 @@ class TrainerConfig:
                              "the pair too): use_turn_scores needs reward_normalization_method='identity'")
 
     @classmethod
+    def settings(cls) -> dict:
+        """The fields of a run's record (``to_dict``) by their names there: the groups' by their flat names."""
+        hints = typing.get_type_hints(cls)
+        return {k: v for f in fields(cls) for k, v in (
+            {flat_name(g): g for g in fields(hints[f.name])} if f.metadata.get("group") else {f.name: f}).items()}
+
+    @classmethod
     def resume_free(cls, run: dict) -> set[str]:
         """The settings a resume may change for a run whose record (``to_dict``) is ``run``: those that do
         not change what it learns (declared MEASURES or PLACE, or whose ``learns_if`` fails for it)."""
-        return {f.name for f in fields(cls) if f.metadata.get("role", LEARNS) != LEARNS} | cls.inert(run)
+        return {k for k, f in cls.settings().items() if f.metadata.get("role", LEARNS) != LEARNS} | cls.inert(run)
 
     @classmethod
     def run_place(cls, run: dict) -> set[str]:
         """The settings a study may ignore when it reuses a run like ``run``: where and how the run writes
         (PLACE), and those whose ``learns_if`` fails for it. What it measures still counts."""
-        return {f.name for f in fields(cls) if f.metadata.get("role") == PLACE} | cls.inert(run)
+        return {k for k, f in cls.settings().items() if f.metadata.get("role") == PLACE} | cls.inert(run)
 
     @classmethod
     def inert(cls, run: dict) -> set[str]:
         """The settings that do nothing under the rest of ``run`` (their ``learns_if`` fails)."""
-        return {f.name for f in fields(cls) if "learns_if" in f.metadata and not f.metadata["learns_if"](run)}
+        return {k for k, f in cls.settings().items() if "learns_if" in f.metadata and not f.metadata["learns_if"](run)}
 
     @property
     def critic_lr(self) -> float:
@@ -326,31 +427,30 @@ class TrainerConfig:
             return self.critic_learning_rate
         return float(f"{CRITIC_LR_RATIO * self.learning_rate:.12g}")  # 1e-05, not 9.999999999999999e-06
 
-    @property
-    def filtering(self) -> FilterConfig:
-        """The filter's settings as one object, what the trainer passes to the selection rules (and what
-        ``ragen_envs.diagnose.rewards.filter_preview`` takes). Built from the flat ``filter*`` fields, which
-        stay the ones to set; ``filter_empty_stop`` and ``filter_loss_scaling`` act on the run, not on what
-        the filter keeps, so they are not part of it."""
-        return FilterConfig(self.filter, self.filter_value, self.filter_prob_mode, self.filter_metric,
-                            self.filter_order, self.include_zero, self.filter_level, self.filter_skip,
-                            self.filter_control)
-
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The run's record (config.json, a study cell's ``config``): the groups' settings flat, by their flat
+        names, as runs recorded them before the groups were nested (so records old and new compare key by
+        key); the rollout nested. ``from_dict`` takes it back, or a record with the groups nested."""
+        hints, whole, out = typing.get_type_hints(type(self)), asdict(self), {}
+        for f in fields(self):
+            if f.metadata.get("group"):
+                out.update({flat_name(g): whole[f.name][g.name] for g in fields(hints[f.name])})
+            else:
+                out[f.name] = whole[f.name]
+        return out
 
     @classmethod
     def flag(cls, path: str) -> str:
         """The command-line flag of a dotted field ("rollout.sampling.temperature" -> "--temperature");
-        "env" and "model" are flags of their own."""
-        import typing
-
+        "env" and "model" are flags of their own; a group's setting may be named by its flat name."""
+        head, _, rest = path.partition(".")
+        parts = [*cls.FLAT_NAMES.get(head, (head,)), *([rest] if rest else [])]  # a group's setting by its flat name
         config, name = cls, path
-        for part in path.split("."):
+        for part in ".".join(parts).split("."):
             by_name = {f.name: f for f in fields(config)}
             if part not in by_name:
                 return f"--{part.replace('_', '-')}"
-            name = by_name[part].metadata.get("flag", part)
+            name = by_name[part].metadata.get("flag", flat_name(by_name[part]))
             config = typing.get_type_hints(config).get(part)
         return f"--{name.replace('_', '-')}"
 
@@ -368,7 +468,7 @@ class TrainerConfig:
         rollout = dict(data.pop("rollout", {}))
         rollout["chat"] = ChatEnvConfig(**rollout.get("chat", {}))
         rollout["sampling"] = SamplingConfig(**rollout.get("sampling", {}))
-        return cls(**data, rollout=RolloutConfig(**rollout))
+        return cls(**data, rollout=RolloutConfig(**rollout))  # a group's settings flat, or the group as a dict
 
 
 CPU_QUICK_CHAT = {"max_turns": 3}  # the cpu-quick preset's turns and reply budget, which SFT's defaults match
@@ -460,9 +560,9 @@ PRESETS = ("ragen2-main", "cpu-quick", "organism")
 # (one to resume and the one before it; a 3B model's checkpoint with its AdamW state is about 36 GB)
 RAGEN_SAVE_STEPS, RAGEN_SAVE_TOTAL_LIMIT = 100, 2
 ORGANISM_RL = {"learning_rate": 1e-3, "freeze_layers": 0, "num_iterations": 40, "mi_every": 1}
-# RAGEN's validation (TrainerConfig's eval_* defaults) as rollout settings, for `ragen eval --preset`
-VALIDATION = {"ragen2-main": {"n_groups": TrainerConfig.eval_episodes, "group_size": 1, "seed": TrainerConfig.eval_seed,
-                              "sampling": {"temperature": TrainerConfig.eval_temperature}}}
+# RAGEN's validation (EvalConfig's defaults) as rollout settings, for `ragen eval --preset`
+VALIDATION = {"ragen2-main": {"n_groups": EvalConfig.episodes, "group_size": 1, "seed": EvalConfig.seed,
+                              "sampling": {"temperature": EvalConfig.temperature}}}
 VALIDATION["organism"] = VALIDATION["ragen2-main"]
 
 

@@ -47,19 +47,19 @@ def adapted(model) -> bool:
 
 
 def add_adapters(model, config) -> None:
-    """Inject LoRA adapters (``config``: a ``TrainerConfig``'s lora_* fields) into ``model`` in place and
+    """Inject LoRA adapters (``config``: a ``TrainerConfig``, its ``lora`` settings) into ``model`` in place and
     freeze everything else; adapters in the bottom ``freeze_layers`` stay frozen too. lora_A is drawn
     from the run's seed, so every rank and every resume draws the same, without moving torch's global
     RNG; lora_B starts at 0, so the adapted model starts as the base model."""
     peft = _peft()
-    names = [n.strip() for n in config.lora_target_modules.split(",") if n.strip()]
+    names = [n.strip() for n in config.lora.target_modules.split(",") if n.strip()]
     # the LM head (tied to the embeddings in small models) stays the base model's, as with "all-linear"
     output = model.get_output_embeddings()
     head = next((name for name, m in model.named_modules() if m is output), None) if output is not None else None
     if head and any(head == n or head.endswith(f".{n}") for n in names):
         raise ValueError(f"lora_target_modules adapts the linear layers below the LM head, not {head!r} "
-                         f"(lora_target_modules={config.lora_target_modules!r})")
-    settings = peft.LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0, bias="none",
+                         f"(lora_target_modules={config.lora.target_modules!r})")
+    settings = peft.LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
                                target_modules="all-linear" if names == ["all-linear"] else names)
     device = next(model.parameters()).device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -69,7 +69,7 @@ def add_adapters(model, config) -> None:
     other = [name for name, m in layers if not isinstance(m, peft.tuners.lora.Linear)]
     if other:  # merged() folds linear layers only
         raise ValueError(f"lora_target_modules adapts linear layers; {other[:3]} are not "
-                         f"(lora_target_modules={config.lora_target_modules!r})")
+                         f"(lora_target_modules={config.lora.target_modules!r})")
     freeze_bottom(model, config.freeze_layers)
 
 

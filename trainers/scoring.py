@@ -61,7 +61,7 @@ def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, Toke
         torch.nn.init.zeros_(value_head.bias)
     critic_trunk = copy.deepcopy(model).train() if gae and config.critic == "separate" else None
     reference = None
-    if config.beta > 0 and config.lora_rank:
+    if config.beta > 0 and config.lora.rank:
         reference = BaseModelScorer(model, None, config.rollout.sampling.temperature, banned=banned)
     elif config.beta > 0:
         reference = TokenScorer(copy.deepcopy(model).eval().requires_grad_(False), None,

@@ -83,7 +83,7 @@ class Trainer(TrainerBase):
         start = time.perf_counter()
         cfg = self.config
         metrics: dict[str, float] = {}
-        if cfg.exit_after_gradient_analysis and self._own_probe_batch():  # the training batch is not needed
+        if cfg.probe.only and self._own_probe_batch():  # the training batch is not needed
             metrics.update(self._timed(metrics, "probe", self._probe_of, None, {}))
             return {**metrics, "trainer/exited_after_gradient_analysis": 1.0}
         trajectories = self._timed(metrics, "rollout", self._rollout, metrics)
@@ -96,7 +96,7 @@ class Trainer(TrainerBase):
         if self.probe_due():
             self._phase("gradient probe")
             metrics.update(self._timed(metrics, "probe", self._probe_of, batch, advantages))
-            if cfg.exit_after_gradient_analysis:
+            if cfg.probe.only:
                 metrics["trainer/exited_after_gradient_analysis"] = 1.0
                 return metrics
         if len(batch.kept):
@@ -119,7 +119,7 @@ class Trainer(TrainerBase):
         """The gradient probe's iterations (``gradient_probe.due``), or this call's first with
         ``exit_after_gradient_analysis``."""
         cfg = self.config
-        return cfg.exit_after_gradient_analysis or gradient_probe.due(self.iteration, cfg.gradient_analysis_every)
+        return cfg.probe.only or gradient_probe.due(self.iteration, cfg.probe.every)
 
     def _prepare(self, trajectories, metrics: dict, runner=None) -> "Prepared":
         """A rollout batch laid out for the losses, its no-grad statistics and what the filter kept."""
@@ -208,10 +208,10 @@ class Trainer(TrainerBase):
             metrics["rollout/random_success"] = float(np.mean(list(chance.values())))
         if self.logger is not None:
             self.logger.add_episodes(trajectories, self.iteration + 1)
-        n, every = self.iteration + 1, cfg.save_rollouts_steps
+        n, every = self.iteration + 1, cfg.saving.rollouts_steps
         # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
         if self.rank == 0 and every and (n % every == 0 or n == cfg.num_iterations) \
-                and not cfg.exit_after_gradient_analysis:
+                and not cfg.probe.only:
             self.unsaved_rollouts = trajectories  # written when the iteration has finished (train())
         return trajectories
 
@@ -237,7 +237,7 @@ class Trainer(TrainerBase):
         turns = [turn for t in trajectories for turn in t.turns]
         sampler_entropy = bool(turns) and all(turn.entropies is not None for turn in turns)
         stats: list[dict | None] = [None] * len(layout.batches)
-        if self.config.filter_metric not in REWARD_METRICS + ("length",) or not sampler_entropy:
+        if self.config.filtering.metric not in REWARD_METRICS + ("length",) or not sampler_entropy:
             with gathered(self.scorer, self.sharded):
                 for b, micro in enumerate(layout.batches):
                     self._progress("no-grad pass: micro-batch", b, len(layout.batches))
@@ -261,7 +261,7 @@ class Trainer(TrainerBase):
         runner = runner or self.runner
         groups = len(runner.group_envs)
         keep = None  # with filter_level="trajectory": the kept trajectories, all ranks' P x G
-        if not (training or cfg.gradient_analysis_filter):  # the probe's own batch, whole
+        if not (training or cfg.probe.filter):  # the probe's own batch, whole
             kept = np.arange(len(all_returns))
         elif filtering.level == "trajectory":
             keep = select_trajectories(all_returns, filtering)
@@ -277,7 +277,7 @@ class Trainer(TrainerBase):
         if not training:
             return self._kept(layout, stats, kept, all_returns, groups, keep)
         # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
-        if cfg.log_group_rv_table and self.rank == 0 and not cfg.exit_after_gradient_analysis:
+        if cfg.log_group_rv_table and self.rank == 0 and not cfg.probe.only:
             self._log_group_rv(all_returns, kept, runner)
         self.empty_filter_streak = 0 if len(kept) else self.empty_filter_streak + 1
         metrics["filter/empty_streak"] = float(self.empty_filter_streak)
@@ -314,7 +314,7 @@ class Trainer(TrainerBase):
 
     def _own_probe_batch(self) -> bool:
         cfg = self.config
-        return cfg.gradient_analysis_env_groups is not None or cfg.gradient_analysis_group_size is not None
+        return cfg.probe.env_groups is not None or cfg.probe.group_size is not None
 
     def _analysis_runner(self):
         """The probe's own rollout runner (built once): the run's envs in the run's proportions, its own
@@ -322,9 +322,9 @@ class Trainer(TrainerBase):
         if self.analysis_runner is None:
             cfg = self.config
             mix = self.runner.mix
-            total = cfg.gradient_analysis_env_groups or sum(mix.values())
+            total = cfg.probe.env_groups or sum(mix.values())
             scaled = {env_id: max(1, round(total * n / sum(mix.values()))) for env_id, n in mix.items()}
-            config = replace(cfg.rollout, group_size=cfg.gradient_analysis_group_size or cfg.rollout.group_size,
+            config = replace(cfg.rollout, group_size=cfg.probe.group_size or cfg.rollout.group_size,
                              seed=cfg.rollout.seed + ANALYSIS_SEED_OFFSET + self.rank * RANK_SEED_STRIDE)
             self.analysis_runner = make_runner(scaled, self.rollout_policy, config)
         return self.analysis_runner
@@ -344,7 +344,7 @@ class Trainer(TrainerBase):
         metrics: dict[str, float] = {}
         self.model.train()
         with gradient_probe.rng_kept():
-            split = gradient_probe.buckets(stds, cfg.gradient_analysis_bucket_mode, cfg.gradient_analysis_num_buckets)
+            split = gradient_probe.buckets(stds, cfg.probe.bucket_mode, cfg.probe.num_buckets)
             for name, positions in split.items():
                 indices = [i for g in batch.kept[positions] for i in mine.get(int(g), [])]
                 count, tokens, _ = all_reduce([len(indices), int(sum(batch.layout.mask(i).sum() for i in indices)), 0],

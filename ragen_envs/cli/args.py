@@ -1,11 +1,13 @@
 """Command-line flags derived from config dataclasses, so a flag and its default cannot drift.
 
-Each field of a config dataclass becomes ``--field-name`` (or ``metadata["flag"]``), with the field's
-default and, as help, the comment written beside the field (or the comment lines above it). A field
-that is itself a dataclass adds its own fields, flat. ``Literal`` types give choices, ``bool`` gives
-``--x/--no-x``, ``dict`` takes JSON, ``list[str]`` takes several values, ``X | None`` also takes
-``none``. ``build`` turns the parsed namespace back into the nested config; ``flatten`` turns a saved
-config (a nested dict) into parser defaults, for ``--config FILE``.
+Each field of a config dataclass becomes ``--field-name`` (or ``metadata["flag"]``, else ``metadata["flat"]``),
+with the field's default and, as help, ``metadata["help"]``, else the comment written beside the field (or
+the comment lines above it). A field that is itself a dataclass adds its own fields, flat; a nested field's
+``metadata["flat"]`` is the name it also goes by at the top level of a saved config (one written before its
+group was nested: ``TrainerConfig``'s ``filter_value`` is ``filtering.value``). ``Literal`` types give
+choices, ``bool`` gives ``--x/--no-x``, ``dict`` takes JSON, ``list[str]`` takes several values, ``X | None``
+also takes ``none``. ``build`` turns the parsed namespace back into the nested config; ``flatten`` turns a
+saved config (a nested dict) into parser defaults, for ``--config FILE``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from ragen_envs.registry import type_mismatch
 
 
 def _dest(f: dataclasses.Field) -> str:
-    return f.metadata.get("flag", f.name).replace("-", "_")
+    return f.metadata.get("flag", f.metadata.get("flat", f.name)).replace("-", "_")
+
+
+def _names(f: dataclasses.Field) -> list[str]:
+    """The names a saved config may give the field ``f``: its own, its flag's and its flat name."""
+    return list(dict.fromkeys(n for n in (f.name, _dest(f), f.metadata.get("flat")) if n))
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -65,6 +72,12 @@ def field_comments(cls: type) -> dict[str, str]:
         if above:
             out[name] = " ".join(above)
     return out
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Field name -> its help: ``metadata["help"]`` where the field declares it, else its comment."""
+    declared = {f.name: f.metadata["help"] for f in dataclasses.fields(cls) if "help" in f.metadata}
+    return {**field_comments(cls), **declared}
 
 
 @lru_cache(maxsize=None)
@@ -145,7 +158,7 @@ def add_config(parser: argparse.ArgumentParser, cls: type, title: str, include: 
     limits the top-level fields. A nested config's defaults are its parent's (``SFTConfig.chat`` may
     differ from ``ChatEnvConfig()``)."""
     hints = typing.get_type_hints(cls)
-    comments, sections = field_comments(cls), field_sections(cls)
+    comments, sections = field_help(cls), field_sections(cls)
     taken = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
         if include is not None and f.name not in include:
@@ -201,13 +214,13 @@ def flatten(cls: type, data: dict, where: str = "") -> dict[str, Any]:
     """Parser defaults (dest -> value) from a nested dict shaped like ``cls``; unknown keys fail."""
     hints = typing.get_type_hints(cls)
     by_name = {f.name: f for f in dataclasses.fields(cls)}
-    by_name.update({_dest(f): f for f in dataclasses.fields(cls) if _dest(f) not in by_name})  # flag names too
+    by_name.update({n: f for f in dataclasses.fields(cls) for n in _names(f)[1:] if n not in by_name})  # flag, flat
     out = {}
     for key, value in data.items():
         f = by_name.get(str(key).replace("-", "_"))
         if f is None:
             owner = _owner(cls, str(key).replace("-", "_"))
-            if owner is not None:  # a nested field by its flag name ("temperature" for rollout.sampling's)
+            if owner is not None:  # a nested field by its flag or flat name ("temperature", "filter_value")
                 out.update(flatten(owner, {key: value}, where))
                 continue
             known = set(by_name) | set(flag_dests(cls))
@@ -225,20 +238,21 @@ def flatten(cls: type, data: dict, where: str = "") -> dict[str, Any]:
     return out
 
 
-def flag_dests(cls: type) -> dict[str, type]:
-    """Every leaf field's flag name (its dest) in ``cls`` and its nested configs -> the config holding it."""
+def flag_dests(cls: type, flat: bool = False) -> dict[str, type]:
+    """Every leaf field's flag name (its dest) in ``cls`` and its nested configs -> the config holding it;
+    ``flat``: their flat names too (``metadata["flat"]``)."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):
-            out.update(flag_dests(hints[f.name]))
+            out.update(flag_dests(hints[f.name], flat))
         else:
-            out[_dest(f)] = cls
+            out.update({n: cls for n in (_dest(f), f.metadata.get("flat") if flat else None) if n})
     return out
 
 
 def _owner(cls: type, dest: str) -> type | None:
-    owner = flag_dests(cls).get(dest)
+    owner = flag_dests(cls, flat=True).get(dest)
     return owner if owner is not cls else None
 
 

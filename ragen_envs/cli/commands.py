@@ -326,7 +326,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     for flag, name in allow.items():
         cli_args._group(sv, "server").add_argument(  # unset (SUPPRESS): the config's default
             flag, dest=name, metavar=flag[8:].upper(), action="append", default=argparse.SUPPRESS,
-            help=cli_args.field_comments(ServerConfig)[name].replace("%", "%%") + "; repeat for several")
+            help=cli_args.field_help(ServerConfig)[name].replace("%", "%%") + "; repeat for several")
     sv.set_defaults(func=cmd_serve)
 
     pl = commands["plot"] = sub("plot", help="draw a run's metrics to a PNG")

@@ -42,7 +42,7 @@ or one by one, ``select_groups(returns, "top_k", 0.25)``; not both at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -60,29 +60,38 @@ ZERO = 1e-10  # |score| at or below this counts as zero
 LOW_RV_RATIO = 0.33
 
 
+def _setting(default, flat: str, help: str):
+    """A FilterConfig field: its default, the name TrainerConfig gives it (``flat``: its keyword argument,
+    attribute, record key and flag, from before the filter's settings were one object) and its help."""
+    return field(default=default, metadata={"flat": flat, "help": help})
+
+
 @dataclass(frozen=True)
 class FilterConfig:
     """The filter's settings: which prompt groups (or trajectories) of a batch the filter keeps, exactly as
-    the trainer applies them (``TrainerConfig.filtering`` builds one from its ``filter*`` fields). The
-    defaults are the trainer's: no filtering. A setting the rules do not take raises a ValueError here."""
-    strategy: Literal[STRATEGIES] = "none"  # the rule: none | top_p | top_k | top_k_abs | min_p (--filter)
-    # rho: share of the summed score (top_p; >= 1 keeps all), share of the groups (top_k), a count
-    # (top_k_abs), share of the best score (min_p)
-    value: float = 0.9
-    prob_mode: Literal[PROB_MODES] = "linear"  # top_p over the scores themselves, or over their softmax
-    # each group's score: std of returns (RAGEN's code) | variance (the paper's text) | mean | sum |
-    # entropy | entropy_std | length (the last three need the trainer's pass, not returns alone)
-    metric: Literal[METRICS] = "std"
-    order: Literal[ORDERS] = "largest"  # keep the highest scores, or the lowest (the reference's ablation)
-    include_zero: bool = True  # False: drop zero-score groups before ranking (RAGEN's rollout_filter_include_zero)
-    # prompt: rank the groups (the paper's filter); trajectory: keep every group and rank the trajectories
-    # inside each by |R - mean| (std) or (R - mean)^2 (variance), the paper's counter-example
-    level: Literal[LEVELS] = "prompt"
-    # top_k / top_k_abs: pass over this share of the ranked groups first (top_k 0.25 with skip 0.5 keeps
-    # the third quartile only: the paper's quartile stress test)
-    skip: float = 0.0
-    # random: keep as many groups as the rule keeps, drawn at random from the batch (the control arm)
-    control: Literal[CONTROLS] = "none"
+    the trainer applies them (``TrainerConfig.filtering`` is one; its flat ``filter*`` names, such as
+    ``TrainerConfig(filter="top_p", filter_value=0.5)``, set these fields). The defaults are the trainer's:
+    no filtering. A setting the rules do not take raises a ValueError here."""
+    strategy: Literal[STRATEGIES] = _setting("none", "filter", "none | top_p | top_k | top_k_abs | min_p")
+    value: float = _setting(0.9, "filter_value", "rho: share of the summed score (top_p; >= 1 keeps all), of the "
+                            "groups (top_k), a count (top_k_abs), of the best score (min_p)")
+    prob_mode: Literal[PROB_MODES] = _setting("linear", "filter_prob_mode",
+                                              "top_p over the scores themselves, or their softmax")
+    # the last three need the trainer's pass over the batch, not returns alone (trainers.filtering.scores_for)
+    metric: Literal[METRICS] = _setting("std", "filter_metric", "group score: std of returns (RAGEN's code) | "
+                                        "variance (the paper's text) | mean | sum | entropy | entropy_std | length")
+    order: Literal[ORDERS] = _setting("largest", "filter_order", "keep the highest scores, or the lowest (an ablation)")
+    include_zero: bool = _setting(True, "include_zero", "False: drop zero-score groups before ranking (RAGEN's "
+                                  "rollout_filter_include_zero)")
+    level: Literal[LEVELS] = _setting("prompt", "filter_level", "prompt: rank the groups (the paper's filter); "
+                                      "trajectory: keep every group and rank the trajectories inside each by "
+                                      "|R - mean| (std) or (R - mean)^2 (variance), the paper's counter-example")
+    skip: float = _setting(0.0, "filter_skip", "top_k / top_k_abs: pass over this share of the ranked groups first "
+                           "(top_k 0.25 with skip 0.5 trains on the third reward-variance quartile only: the paper's "
+                           "quartile stress test)")
+    control: Literal[CONTROLS] = _setting("none", "filter_control", "random: train on as many groups as the rule "
+                                          "keeps, drawn at random from the batch (a filter contrast's control arm: "
+                                          "same number of groups and update steps, random groups)")
 
     def __post_init__(self):
         check(self.strategy, self.value, self.prob_mode, self.order, self.skip)

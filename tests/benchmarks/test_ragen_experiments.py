@@ -4,6 +4,7 @@ organism's, and an experiment runs end to end, resumes, and probes its checkpoin
 import json
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -309,3 +310,34 @@ def test_a_stored_critic_rate_counts_as_it_acts():
     assert not findings.trains_alike(old_ppo, TrainerConfig(algorithm="ppo", learning_rate=1e-3))  # 1e-5 vs 1e-2
     assert findings.trains_alike(TrainerConfig(algorithm="ppo").to_dict(),
                                  TrainerConfig(algorithm="ppo", critic_learning_rate=1e-5))  # 1e-5 either way
+
+
+def committed_cells():
+    """(result.json, its stored config, the TrainerConfig its study builds today) for every committed cell of a
+    RAGEN experiment under benchmarks/results (its study's config.json holds the arguments it ran with)."""
+    from argparse import Namespace
+
+    for record in sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("*/config.json")):
+        saved = json.loads(record.read_text())
+        if saved.get("experiment") not in rx.EXPERIMENTS:
+            continue
+        args = Namespace(**{**vars(rx.parse_args([saved["experiment"], "--model", saved["model"]])),
+                            **{k: v for k, v in saved.items() if k not in ("script", "scale", "commit")}})
+        for task, cells in rx.cells(args).items():
+            for name, _, s, seed, fields in cells:
+                done = record.parent / task / name / "result.json"
+                stored = json.loads(done.read_text()) if done.is_file() else {}
+                if "config" in stored:
+                    yield done, stored["config"], findings.preset_config(args, env_for_task(task), s, seed, fields)
+
+
+def test_committed_cells_train_alike_with_the_configs_their_studies_build_today(monkeypatch):
+    # their models were organisms (runs/..., not here): the organism's preset, as when they ran
+    monkeypatch.setattr(findings, "real_model", lambda args: False)
+    cells = list(committed_cells())
+    assert len(cells) >= 90  # stored flat, before the filter, validation, probe, saving and LoRA were nested
+    for done, stored, config in cells:
+        assert findings.trains_alike(stored, replace(config, critic_learning_rate=stored["critic_learning_rate"])), done
+        # most ran before the critic's rate followed the actor's: those reuse as they are only without a critic
+        same_critic = config.advantage != "gae" or stored["critic_learning_rate"] == config.critic_learning_rate
+        assert findings.trains_alike(stored, config) == same_critic, done

@@ -147,7 +147,7 @@ def test_every_config_field_is_a_flag_with_its_default_and_help(command, classes
             action = actions.get(cli_args._dest(f))
             assert action is not None, f"{owner.__name__}.{f.name} has no flag"
             assert action.default == cli_args._default(f), f.name
-            assert cli_args.field_comments(owner).get(f.name), f"{owner.__name__}.{f.name} has no help comment"
+            assert cli_args.field_help(owner).get(f.name), f"{owner.__name__}.{f.name} has no help comment"
     # Parsing no flags gives the dataclass defaults, nested configs included.
     args = parse([command, "--env", DEFAULT])
     if command == "train":
@@ -180,6 +180,28 @@ def test_a_saved_config_repeats_the_run_and_flags_override_it(tmp_path, suffix):
     path.write_text(json.dumps({"rollout": {"max_turn": 3}}))
     with pytest.raises(ValueError, match="rollout.'max_turn'"):
         parse(["train", "--config", str(path)])
+
+
+def test_a_config_file_takes_a_groups_settings_nested_or_by_their_flat_names(tmp_path):
+    from ragen_envs.cli import args as cli_args
+    from trainers import EvalConfig, FilterConfig, GradientProbeConfig, TrainerConfig
+
+    want = TrainerConfig(filtering=FilterConfig("top_k", 0.25, include_zero=False), evaluation=EvalConfig(steps=3),
+                         probe=GradientProbeConfig(only=True))
+    written = [{"filtering": {"strategy": "top_k", "value": 0.25, "include_zero": False}, "evaluation": {"steps": 3},
+                "probe": {"only": True}},  # nested, by the groups' own field names
+               {"filter": "top_k", "filter_value": 0.25, "include_zero": False, "eval_steps": 3,
+                "exit_after_gradient_analysis": True},  # flat, as config.json was and is written
+               {"filter": "top_k", "filter-value": 0.25, "include-zero": False, "eval-steps": 3,
+                "gradient-analysis-only": True}]  # by the flags' names
+    for n, data in enumerate(written):
+        path = tmp_path / f"run{n}.json"
+        path.write_text(json.dumps(data))
+        assert cli_args.build(TrainerConfig, parse(["train", "--config", str(path), "--env", DEFAULT])) == want, data
+    args = parse(["train", "--config", str(path), "--env", DEFAULT, "--filter-value", "0.5",
+                  "--no-gradient-analysis-only"])
+    assert cli_args.build(TrainerConfig, args) == TrainerConfig(filter="top_k", filter_value=0.5, include_zero=False,
+                                                                eval_steps=3)
 
 
 @pytest.mark.parametrize("text, message", [
