@@ -3,10 +3,10 @@
 from ragen_envs.diagnose.filtering import FilterConfig, select_groups
 from ragen_envs.diagnose.mi import MIZScoreEMA, mi_metrics
 from ragen_envs.extras import missing_module_hint
-from trainers.config import EvalConfig, GradientProbeConfig, LoRAConfig, SaveConfig, TrainerConfig
+from trainers.config import EvalConfig, GradientProbeConfig, KLRewardConfig, LoRAConfig, SaveConfig, TrainerConfig
 
-__all__ = ["EvalConfig", "FilterConfig", "GradientProbeConfig", "LoRAConfig", "MIZScoreEMA", "SaveConfig", "Trainer",
-           "TrainerConfig", "mi_metrics", "select_groups"]
+__all__ = ["EvalConfig", "FilterConfig", "GradientProbeConfig", "KLRewardConfig", "LoRAConfig", "MIZScoreEMA",
+           "SaveConfig", "Trainer", "TrainerConfig", "mi_metrics", "select_groups"]
 
 
 def __getattr__(name):

@@ -161,6 +161,7 @@ class TrainerBase:
             groups.append({"params": critic, "lr": cfg.critic_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         self.mi_emas = mi.scope_emas()
+        self.kl_coef = cfg.kl_reward.coef  # the in-reward KL's coefficient, which an adaptive controller moves
         self.iteration = 0
         self.empty_filter_streak = 0  # iterations in a row in which the filter kept nothing
         self.think_ids = list(self.tokenizer("<think>", add_special_tokens=False)["input_ids"])
@@ -331,7 +332,7 @@ class TrainerBase:
                    "value_head": None if self.value_head is None else self.value_head.state_dict(),
                    "critic": None if self.critic_trunk is None else self.critic_trunk.state_dict()}
         meta = {"iteration": self.iteration, **self.runner.state_dict(),
-                "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()},
+                "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()}, "kl_coef": self.kl_coef,
                 "model": self.model_name, "config": self.config.to_dict()}
         written = []
 
@@ -359,6 +360,8 @@ class TrainerBase:
                              f"({str(error).splitlines()[0]})") from None
         self.iteration = state["iteration"]
         self.runner.load_state_dict(state)  # every rank continues its own seed sequence
+        if self.config.kl_reward.ctrl == "adaptive":  # where it moved to (checkpoints from before it lack it)
+            self.kl_coef = state.get("kl_coef", self.kl_coef)
         for name, ema_state in state["mi_ema"].items():
             if name in self.mi_emas:
                 self.mi_emas[name].load_state_dict(ema_state)

@@ -97,7 +97,7 @@ BUCKET_MODES = ("quantile", "fixed_rv")  # the gradient probe's bucketing (train
 NORM_GROUPINGS = ("state", "batch", "inductive")  # reward normalization (trainers/rewards.py)
 NORM_METHODS = ("identity", "mean", "mean_std", "asym_clip")
 LOSS_SCALINGS = ("none", "linear", "sqrt")
-KL_TYPES = ("low_var_kl", "kl")  # trainers.algorithms.kl_estimate
+KL_TYPES = ("low_var_kl", "kl", "abs", "mse")  # trainers.algorithms.kl_estimate (verl's kl_penalty)
 PROBE_TERMS = ("task", "entropy", "kl")  # the loss terms it backpropagates alone, then their "total"
 
 # Per algorithm: the defaults of the fields left as None, from RAGEN's main-table runs
@@ -214,6 +214,40 @@ class LoRAConfig:
             raise ImportError(f"lora_rank > 0 (--lora-rank) needs peft, which is not installed: {install_hint('lora')}")
 
 
+def _penalised(run: dict) -> bool:
+    return bool(run["use_kl_in_reward"]) and run["kl_ctrl_coef"] > 0
+
+
+@dataclass(frozen=True)
+class KLRewardConfig:
+    """The KL penalty in the reward (verl's ``algorithm.use_kl_in_reward``, ``kl_penalty`` and ``kl_ctrl``, which
+    RAGEN's base.yaml keeps, off with coefficient 0): each generated token's reward less coef x its KL estimate
+    to the initial model, before the advantages (GAE sees it token by token; group advantages take the
+    trajectory's sum off its return). The filter ranks the env's returns, without it. Beside the KL loss
+    (``beta``), not in its place. ``TrainerConfig.kl_reward``; flat names ``use_kl_in_reward``, ``kl_penalty``,
+    ``kl_ctrl_type``, ``kl_ctrl_coef``, ``kl_ctrl_target``, ``kl_ctrl_horizon``."""
+    on: bool = setting(False, flat="use_kl_in_reward", help="take the KL penalty off the rewards (verl's "
+                       "algorithm.use_kl_in_reward; RAGEN's runs: off, and RAGEN's own call to verl's "
+                       "apply_kl_penalty passes an argument verl 0.6.1 does not take)")
+    penalty: Literal[KL_TYPES] = setting("kl", flat="kl_penalty", learns_if=_penalised,
+                                         help="the per-token estimate (verl's algorithm.kl_penalty): kl (k1), abs, "
+                                         "mse (k2), low_var_kl (k3)")
+    ctrl: Literal["fixed", "adaptive"] = setting("fixed", flat="kl_ctrl_type", learns_if=_penalised,
+                                                 help="fixed: the coefficient stays; adaptive: verl's "
+                                                 "AdaptiveKLController moves it towards kl_ctrl_target")
+    coef: float = bounded(0.0, min=0, flat="kl_ctrl_coef", help="the coefficient, or the adaptive one's start "
+                          "(verl's algorithm.kl_ctrl.kl_coef; RAGEN's base.yaml 0, its filtering run 0.001 with "
+                          "the penalty off)")
+    target: float = bounded(0.1, above=0, flat="kl_ctrl_target", learns_if=_penalised,
+                            help="adaptive: the KL per token it steers to (verl's target_kl)")
+    horizon: int = bounded(10000, min=1, flat="kl_ctrl_horizon", learns_if=_penalised,
+                           help="adaptive: sequences over which the coefficient moves by up to 20% (verl's horizon)")
+
+    def __post_init__(self):
+        check_choices(self, flat_name)
+        check_bounds(self, flat_name)
+
+
 @_flat_names
 @dataclass
 class TrainerConfig:
@@ -284,7 +318,10 @@ class TrainerConfig:
     beta: float = bounded(0.0, min=0)
     # the per-token KL estimate: low_var_kl, k3 = exp(ref - logp) - (ref - logp) - 1 (RAGEN's main table and
     # gradient probe) | kl, k1 = logp - ref (verl's "kl", base.yaml's, which RAGEN's top-p and KL sweeps keep)
+    # | abs | mse, k2 (verl's other two)
     kl_loss_type: Literal[KL_TYPES] = setting("low_var_kl", learns_if=lambda run: run["beta"] != 0)
+    # the KL penalty in the reward instead, or as well (use_kl_in_reward, kl_penalty, kl_ctrl_*: KLRewardConfig)
+    kl_reward: KLRewardConfig = group(KLRewardConfig)
     entropy_coef: float = bounded(0.001, min=0)  # entropy bonus coefficient (RAGEN's entropy_coeff)
     # grpo | dapo | bnpo | dr_grpo | seq_sum; None: the algorithm's (the table in trainers/config.py)
     loss_type: Literal[LOSS_TYPES] | None = None
@@ -390,6 +427,9 @@ class TrainerConfig:
             if getattr(self, name) and advantage != "group":
                 raise ValueError(f"{name} acts on group advantages (RAGEN applies it under GRPO only); "
                                  f"advantage is {advantage!r}")
+        if self.bi_level_gae and self.kl_reward.on:
+            raise ValueError("use_kl_in_reward with bi_level_gae: its turn ends are the tokens that carry a reward "
+                             "(RAGEN's rule), and the penalty gives every token one")
         if self.bi_level_gae and advantage != "gae":
             raise ValueError(f"bi_level_gae is a GAE (advantage='gae', PPO's); advantage is {advantage!r}")
         if self.use_turn_scores and self.reward_normalization_method != "identity":

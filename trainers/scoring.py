@@ -51,7 +51,8 @@ class TokenScorer(torch.nn.Module):
 def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, TokenScorer | None]:
     """(the scorer the update calls, the frozen KL reference's or None) for ``config`` (a
     ``TrainerConfig``): with GAE a zero-initialised value head, on a critic model of its own (RAGEN's,
-    verl's: a copy of the policy) or on the policy's trunk; the reference only when ``beta`` > 0.
+    verl's: a copy of the policy) or on the policy's trunk; the reference only when ``beta`` > 0 or the
+    in-reward KL is on with a coefficient.
     With LoRA the critic's copy has adapters of its own (RAGEN's critic takes the same lora settings), and
     the reference is the policy's model with its adapters off (``trainers.lora``), not a copy."""
     gae = config.advantage == "gae"
@@ -61,9 +62,10 @@ def build_scorers(model, config, device, banned=None) -> tuple[TokenScorer, Toke
         torch.nn.init.zeros_(value_head.bias)
     critic_trunk = copy.deepcopy(model).train() if gae and config.critic == "separate" else None
     reference = None
-    if config.beta > 0 and config.lora.rank:
+    wanted = config.beta > 0 or (config.kl_reward.on and config.kl_reward.coef > 0)  # the KL loss or the penalty
+    if wanted and config.lora.rank:
         reference = BaseModelScorer(model, None, config.rollout.sampling.temperature, banned=banned)
-    elif config.beta > 0:
+    elif wanted:
         reference = TokenScorer(copy.deepcopy(model).eval().requires_grad_(False), None,
                                 config.rollout.sampling.temperature, banned=banned)
     scorer = TokenScorer(model, value_head, config.rollout.sampling.temperature, critic_trunk=critic_trunk,

@@ -92,7 +92,7 @@ class Trainer(TrainerBase):
             metrics.update(self._timed(metrics, "mi", self.mi_diagnostics, trajectories))
         batch = self._prepare(trajectories, metrics)
         metrics["time/update_s"] = 0.0
-        advantages = self._advantages(batch, metrics) if len(batch.kept) else {}
+        advantages = self._advantages(batch, metrics, steer=True) if len(batch.kept) else {}
         if self.probe_due():
             self._phase("gradient probe")
             metrics.update(self._timed(metrics, "probe", self._probe_of, batch, advantages))
@@ -142,8 +142,9 @@ class Trainer(TrainerBase):
         return rewards.normalized(every, runner.group_envs * self.world, cfg.reward_normalization_grouping,
                                   cfg.reward_normalization_method)
 
-    def _advantages(self, batch: "Prepared", metrics: dict) -> dict[int, alg.Target]:
-        """The kept samples' advantages, after the no-grad pass where the update needs one."""
+    def _advantages(self, batch: "Prepared", metrics: dict, steer: bool = False) -> dict[int, alg.Target]:
+        """The kept samples' advantages, after the no-grad pass where the update needs one, the in-reward KL
+        taken off first where it is on (``steer``: the training batch's, which moves an adaptive coefficient)."""
         cfg = self.config
         if self._needs_old_pass(len(batch.chosen)):  # only the micro-batches that hold kept samples
             pass_start = time.perf_counter()
@@ -155,8 +156,30 @@ class Trainer(TrainerBase):
             metrics["time/stats_s"] = metrics.get("time/stats_s", 0.0) + time.perf_counter() - pass_start
         advantages = alg.advantages(batch.layout, batch.chosen, "gae" if cfg.advantage == "gae" else "group",
                                     batch.stats, cfg.gamma, cfg.lam, cfg.scale_rewards,
-                                    cfg.high_level_gamma if cfg.bi_level_gae else None)
+                                    cfg.high_level_gamma if cfg.bi_level_gae else None,
+                                    self._reward_kl(batch, metrics, steer))
         return alg.scaled(advantages, self._advantage_factors(batch, metrics))
+
+    def _reward_kl(self, batch: "Prepared", metrics: dict, steer: bool) -> dict | None:
+        """verl's ``apply_kl_penalty``: per kept sample, the coefficient x each generated token's KL estimate to
+        the reference (None where the penalty is off). Logs the batch's KL (each sequence's mean over its
+        tokens, averaged over all ranks' sequences) and the coefficient it was taken with; with ``steer`` an
+        adaptive coefficient then moves by that KL (``algorithms.adaptive_kl_coef``)."""
+        k = self.config.kl_reward
+        if not (k.on and k.coef > 0):
+            return None
+        layout, stats, penalty, means = batch.layout, batch.stats, {}, []
+        for i in batch.chosen:
+            mask = layout.mask(i)
+            kl = alg.kl_estimate(layout.stat(stats, "logp", i), layout.stat(stats, "ref_logp", i), k.penalty) * mask
+            penalty[i] = self.kl_coef * kl
+            means.append(float(kl.sum() / mask.sum().clamp(min=1)))
+        total, count = all_reduce([sum(means), len(means)], self.world)
+        current = total / max(count, 1)
+        metrics.update({"kl/reward_kl": current, "kl/reward_coef": self.kl_coef})
+        if steer and k.ctrl == "adaptive":
+            self.kl_coef = alg.adaptive_kl_coef(self.kl_coef, current, k.target, k.horizon, int(count))
+        return penalty
 
     def _advantage_factors(self, batch: "Prepared", metrics: dict) -> dict[int, float]:
         """Per kept sample, what RAGEN's advantage options multiply its advantages by, in its order:

@@ -290,7 +290,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     ev.add_argument("--save", default=None, help="write trajectories to this JSONL file")
     ev.add_argument("--show", action="store_true", help="print the first trajectory's conversation")
     ev.add_argument("--pass-k", type=pass_k_list, default=None, metavar="K[,K...]",
-                    help="also the unbiased pass@k for each k, from each group's samples (k at most --group-size); "
+                    help="also the unbiased pass@k for each k, from each group's samples (k at most the group size); "
                          "RAGEN's pass@k, k the group size, is shown whenever groups hold more than one")
     ev.set_defaults(func=cmd_eval)
 

@@ -275,3 +275,42 @@ def test_no_think_rl_prefills_the_answer_and_skips_mi(tokenizer, tmp_path):
     assert "<think>" not in trainer.runner.collect()[0].messages[0]["content"]
     assert ChatEnvConfig(enable_think=False).prefill == "<answer>" and ChatEnvConfig().prefill == "<think>"
     assert ChatEnvConfig(prefill_think=False).prefill == ""
+
+
+# -- verl's in-reward KL (algorithm.use_kl_in_reward, kl_penalty, kl_ctrl) ---------------------------------
+def test_the_in_reward_kl_is_taken_off_the_rewards_logged_and_steered(tokenizer, tmp_path):
+    cfg = config(tmp_path, n_groups=4, group_size=4, mi_every=0, save_strategy="no", overwrite_output_dir=True,
+                 use_kl_in_reward=True, kl_ctrl_coef=0.5, kl_ctrl_type="adaptive", kl_ctrl_target=0.01,
+                 kl_ctrl_horizon=100)
+    trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
+    assert trainer.ref_scorer is not None and cfg.beta == 0  # the penalty needs the reference, the KL loss off
+    with torch.no_grad():  # the policy moves away from its reference, the initial model
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    metrics = {}
+    batch = trainer._prepare(trainer._rollout(metrics), metrics)
+    layout, probe = batch.layout, {}
+    trainer._advantages(batch, probe)  # the gradient probe's call: logs, does not steer
+    assert trainer.kl_coef == 0.5
+    advantages = trainer._advantages(batch, metrics, steer=True)
+    kl = {i: alg.kl_estimate(layout.stat(batch.stats, "logp", i), layout.stat(batch.stats, "ref_logp", i), "kl")
+          * layout.mask(i) for i in batch.chosen}
+    current = np.mean([float(kl[i].sum() / layout.mask(i).sum()) for i in batch.chosen])
+    assert metrics["kl/reward_kl"] == pytest.approx(current, rel=1e-5) and metrics["kl/reward_coef"] == 0.5
+    assert abs(current / 0.01 - 1) > 0.2  # far from the target: verl's rule moves the coefficient by its cap
+    step = 0.2 * len(batch.chosen) / 100
+    assert trainer.kl_coef == pytest.approx(0.5 * (1 + step if current > 0.01 else 1 - step))
+    by_hand = alg.advantages(layout, batch.chosen, "group", penalty={i: 0.5 * kl[i] for i in batch.chosen})
+    plain = alg.advantages(layout, batch.chosen, "group")
+    assert all(torch.allclose(advantages[i].advantages, by_hand[i].advantages, atol=1e-6) for i in batch.chosen)
+    assert not all(torch.allclose(advantages[i].advantages, plain[i].advantages) for i in batch.chosen)
+
+
+def test_the_in_reward_kl_is_off_by_default_and_refused_with_bi_level_gae(tokenizer, tmp_path):
+    off = TrainerConfig()
+    assert (off.use_kl_in_reward, off.kl_penalty, off.kl_ctrl_type, off.kl_ctrl_coef) == (False, "kl", "fixed", 0.0)
+    assert TrainerConfig.inert(off.to_dict()) >= {"kl_penalty", "kl_ctrl_type", "kl_ctrl_target", "kl_ctrl_horizon"}
+    with pytest.raises(ValueError, match="bi_level_gae"):
+        TrainerConfig(algorithm="ppo", bi_level_gae=True, use_kl_in_reward=True)
+    trainer = prepared(tokenizer, tmp_path, use_kl_in_reward=True)[0]  # on, but with coefficient 0: nothing to take
+    assert trainer.ref_scorer is None
