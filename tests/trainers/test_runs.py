@@ -318,3 +318,16 @@ def test_what_a_resume_may_change_and_a_study_may_ignore_is_declared_on_the_fiel
     grpo = TrainerConfig(algorithm="grpo").to_dict()  # beta 0, no critic: their settings do nothing
     assert TrainerConfig.inert(grpo) == {"kl_loss_type", "critic_learning_rate"}
     assert {"kl_loss_type", "critic_learning_rate"} <= TrainerConfig.resume_free(grpo)
+
+
+def test_an_adaptive_in_reward_kl_coefficient_resumes_where_it_moved_to(tokenizer, tmp_path):
+    cfg = config(tmp_path, num_iterations=2, save_steps=1, use_kl_in_reward=True, kl_ctrl_coef=0.5,
+                 kl_ctrl_type="adaptive", kl_ctrl_horizon=10)
+    first = trainer(tokenizer, cfg)
+    first.train()
+    run = tmp_path / "run"
+    coefs = [json.loads(line)["kl/reward_coef"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    saved = json.loads((run / "checkpoint-1" / "trainer_state.json").read_text())["kl_coef"]
+    assert coefs[0] == 0.5 and saved == coefs[1] != 0.5  # moved after iteration 1, taken so by iteration 2
+    resumed = trainer(tokenizer, replace(cfg, resume_from_checkpoint=str(run / "checkpoint-1")))
+    assert resumed.kl_coef == saved
