@@ -37,7 +37,7 @@ def format_cells(cells) -> str:
 class GridEnv(LLMEnv):
     """Base of the grid games: Up/Down/Left/Right actions, text and image observations."""
 
-    metadata = {"render_modes": ["ansi", "rgb_array", "human"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array", *rendering.human_modes()], "render_fps": 4}
     valid_actions = ACTION_NAMES
     # a game declares its own arguments' (Sokoban's dim_room, FrozenLake's size), within these
     argument_bounds = {"shape": Bounds(min=1, max=20, why="rows and columns: the observation spaces grow with them"),
@@ -48,6 +48,8 @@ class GridEnv(LLMEnv):
 
     def __init__(self, shape: tuple[int, int], max_steps: int, observation_format: ObservationFormat,
                  observation_type: ObservationType, render_mode: str | None):
+        if render_mode == "human" and "human" not in self.metadata["render_modes"]:
+            raise ImportError(rendering.NEEDS_PYGAME)  # said rather than "not one of the modes"
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.shape = tuple(shape)
         self.observation_format = observation_format

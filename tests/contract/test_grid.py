@@ -191,3 +191,21 @@ def test_render_without_a_render_mode_says_so_as_gymnasium_does(env_id):
     env.reset(seed=0)
     with pytest.warns(UserWarning, match="without specifying any render mode"):
         assert env.unwrapped.render() is None
+
+
+def test_without_pygame_gymnasiums_check_env_passes_and_human_rendering_names_its_extra(env_id):
+    # check_env makes the env in every declared render mode: "human" is declared only where pygame is
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.modules['pygame'] = None\n"  # as on the core install
+              "import gymnasium as gym, ragen_envs\nfrom gymnasium.utils.env_checker import check_env\n"
+              f"env = gym.make({env_id!r})\nprint(env.unwrapped.metadata['render_modes'])\n"
+              "check_env(env.unwrapped, skip_render_check=False)\n"
+              f"try:\n    gym.make({env_id!r}, render_mode='human')\nexcept ImportError as e:\n    print(e)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    modes, said = done.stdout.splitlines()
+    assert done.returncode == 0 and modes == "['ansi', 'rgb_array']", done.stderr
+    assert said == 'render_mode="human" needs pygame, which is not installed: pip install "ragen-envs[image]" ' \
+        '(from a clone of the repository: pip install ".[image]")'
+    assert "human" in gym.make(env_id).unwrapped.metadata["render_modes"]  # here, with pygame
