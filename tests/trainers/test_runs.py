@@ -304,7 +304,8 @@ def test_a_checkpoint_that_cannot_be_written_is_kept_elsewhere(tokenizer, tmp_pa
 def test_what_a_resume_may_change_and_a_study_may_ignore_is_declared_on_the_fields():
     from trainers.config import TrainerConfig
 
-    run = TrainerConfig(algorithm="ppo", beta=0.01).to_dict()  # KL on, a critic: every conditional one learns
+    # KL loss and penalty on, a critic: every conditional one learns
+    run = TrainerConfig(algorithm="ppo", beta=0.01, use_kl_in_reward=True, kl_ctrl_coef=0.001).to_dict()
     assert TrainerConfig.resume_free(run) == {  # the list run_folder.py kept by hand before
         "num_iterations", "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "allow_config_changes",
         "logging_steps", "plot", "save_strategy", "save_steps", "save_total_limit", "save_rollouts_steps",
@@ -316,7 +317,8 @@ def test_what_a_resume_may_change_and_a_study_may_ignore_is_declared_on_the_fiel
         "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "allow_config_changes", "report_to", "plot",
         "logging_steps", "save_strategy", "save_steps", "save_total_limit", "save_rollouts_steps"}
     grpo = TrainerConfig(algorithm="grpo").to_dict()  # beta 0, no critic: their settings do nothing
-    assert TrainerConfig.inert(grpo) == {"kl_loss_type", "critic_learning_rate"}
+    kl_reward = {"kl_penalty", "kl_ctrl_type", "kl_ctrl_target", "kl_ctrl_horizon"}  # the penalty is off
+    assert TrainerConfig.inert(grpo) == {"kl_loss_type", "critic_learning_rate"} | kl_reward
     assert {"kl_loss_type", "critic_learning_rate"} <= TrainerConfig.resume_free(grpo)
 
 
