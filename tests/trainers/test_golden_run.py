@@ -3,7 +3,9 @@ concern, one run lifecycle) can show it changed nothing: a small organism of the
 scratch, then 2 RL iterations (MI every iteration, the top-k filter, the gradient probe, a checkpoint each) and
 a resume to a 3rd. Every number the run logs, timings and memory aside, must match golden_run.json.
 
-Recorded on 2026-12-06 at be07523 (issue 67 begun: before the nested configs and the run lifecycle).
+Recorded on 2026-12-06 at be07523 (issue 67 begun: before the nested configs and the run lifecycle); recorded
+again on 2026-12-07 after the nested configs, the in-reward KL (off) and pass@k, which only added
+``rollout/pass@4`` (every number recorded before was equal).
 To record it again after a change that means to alter training: RAGEN_RECORD_GOLDEN=1 pytest this file."""
 
 import json
