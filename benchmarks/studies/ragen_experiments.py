@@ -163,6 +163,33 @@ def ablation(args, arms: dict = ABLATION) -> list:
               "entropy_coef": 0.001}) for v in args.values]
 
 
+# run_filtering_final.sh's fifteen filters, by its run names: (metric, strategy, value, order); its
+# reward_variance is the std here (RAGEN's code ranks by std), its entropy_variance entropy_std
+FILTERING_FINAL = {
+    **{f"rv_tp{v}": ("std", "top_p", v, "largest") for v in (1.0, 0.95, 0.9, 0.5)},
+    **{f"rv_mp{v}": ("std", "min_p", v, "largest") for v in (0.1, 0.05, 0.2)},
+    **{f"rv_tk{v}{suffix}": ("std", "top_k", v, order) for v in (0.25, 0.5)
+       for suffix, order in (("_rev", "smallest"), ("", "largest"))},
+    "ent_tp0.9": ("entropy", "top_p", 0.9, "largest"), "entv_tp0.9": ("entropy_std", "top_p", 0.9, "largest"),
+    "len_tp0.9": ("length", "top_p", 0.9, "largest"), "len_tp0.9_rev": ("length", "top_p", 0.9, "smallest"),
+}
+
+
+def filtering_final(args) -> list:
+    """run_filtering_final.sh: PPO on Sokoban, each of its filters (``FILTERING_FINAL``), zero-variance groups
+    dropped, top-p over the scores themselves (base.yaml's linear mode), no loss scaling, entropy 0.001 (base.yaml).
+    KL off: the script sets algorithm.kl_ctrl.kl_coef and kl_loss_coef to 0.001, but neither use_kl_in_reward
+    (verl's default False) nor use_kl_loss (base.yaml's False) is on, so neither coefficient acts there."""
+    unknown = [v for v in args.values if v not in FILTERING_FINAL]
+    if unknown:
+        raise SystemExit(f"{args.experiment} --values: {', '.join(unknown)} is not one of {', '.join(FILTERING_FINAL)}")
+    return [(args.tasks[0], v, {"filter": v},
+             {"algorithm": "ppo", **FILTER, "filter": strategy, "filter_metric": metric, "filter_value": value,
+              "filter_order": order, "filter_prob_mode": "linear", "include_zero": False, "beta": 0.0,
+              "use_kl_in_reward": False, "entropy_coef": 0.001})
+            for v in args.values for metric, strategy, value, order in [FILTERING_FINAL[v]]]
+
+
 def stress(args) -> list:
     """The paper's stress tests on the ablation's settings: training on one quartile of the groups by reward
     std, and the filter at the trajectory level (its prompt-level twin is the ablation's ``largest``, which
@@ -213,6 +240,7 @@ EXPERIMENTS = {
     "slip-sweep": (slip_sweep, dict(tasks="frozenlake", values="1,0.5,0.2,0.1,0.05,0.02,0",
                                     filters="filter,nofilter")),
     "gradient-analysis": (gradient_analysis, dict(tasks="sokoban", algos="PPO", iterations=101)),
+    "filtering-final": (filtering_final, dict(tasks="sokoban", values=",".join(FILTERING_FINAL))),
     "ablation": (ablation, dict(tasks="sokoban", values=",".join(ABLATION))),
     "stress": (stress, dict(tasks="sokoban", values=",".join(STRESS))),
     "collapse-frozenlake": (collapse_design, dict(tasks="frozenlake", values="none,top_p_linear,random_k",

@@ -125,6 +125,21 @@ def test_the_ablation_arms_change_only_which_groups_the_filter_keeps():
         configs(["ablation", "--model", "m", "--values", "largest,randomk"])
 
 
+def test_filtering_final_is_ragens_fifteen_filters_with_the_kl_off():
+    made = configs(["filtering-final", "--model", "m"])
+    runs = {name.split("/")[1].rsplit("-seed", 1)[0]: c for name, c in made.items()}
+    assert len(runs) == 15  # scripts/runs/run_filtering_final.sh's EXPS, by its run names
+    assert picked(runs["rv_tp0.95"], *FILTER) == ("top_p", 0.95, False, "linear", "largest", "std")
+    assert picked(runs["rv_mp0.2"], "filter", "filter_value") == ("min_p", 0.2)
+    assert picked(runs["rv_tk0.25_rev"], "filter", "filter_value", "filter_order") == ("top_k", 0.25, "smallest")
+    assert runs["entv_tp0.9"].filter_metric == "entropy_std" and runs["len_tp0.9_rev"].filter_order == "smallest"
+    # its kl_ctrl.kl_coef and kl_loss_coef of 0.001 act on nothing: neither switch is on
+    for c in runs.values():
+        assert (c.algorithm, c.beta, c.use_kl_in_reward, c.entropy_coef, c.include_zero, c.num_iterations) == (
+            "ppo", 0.0, False, 0.001, False, 400)
+        assert (c.rollout.n_groups, c.rollout.group_size, c.mini_batch_size) == (8, 16, 32)
+
+
 def test_the_collapse_designs_are_their_pre_registered_settings_with_one_filter_per_arm():
     b = {n.split("/")[1].rsplit("-seed", 1)[0]: c for n, c in configs(["collapse-frozenlake"]).items()
          if n.endswith("seed0")}
