@@ -291,6 +291,34 @@ def test_kept_kv_cache_gives_the_same_turns_and_prefills_only_new_tokens(tiny_po
     assert tiny_policy._kept == {}  # the runner drops kept caches after its batch
 
 
+def test_the_kept_cache_bound_keeps_what_fits_and_the_turns_stay_the_same(tiny_policy, monkeypatch):
+    fresh, full = _turns(tiny_policy, reuse=False)
+    kept, every = _turns(tiny_policy, reuse=True)
+    sizes = []  # each kept reply's cache, in bytes, as the bound counts it
+    real_keep = type(tiny_policy)._keep
+
+    def keep(self, cache, k, mask, tokens, images):
+        before = self.kept_bytes
+        real_keep(self, cache, k, mask, tokens, images)
+        sizes.append(self.kept_bytes - before)
+    monkeypatch.setattr(type(tiny_policy), "_keep", keep)
+    _turns(tiny_policy, reuse=True)
+    assert min(sizes) > 0
+    monkeypatch.setattr(tiny_policy, "kept_cache_bytes", max(sizes) * 1.5)  # room for one reply's cache a call
+    tiny_policy.caches_not_kept = 0
+    bounded_run, some = _turns(tiny_policy, reuse=True)
+    monkeypatch.setattr(tiny_policy, "kept_cache_bytes", 0)  # none kept: every prompt in full
+    none_run, none = _turns(tiny_policy, reuse=True)
+    assert every < some < none == full and tiny_policy.caches_not_kept > 0
+    for run in (bounded_run, none_run):
+        for a, b in zip(fresh, run):
+            for x, y in zip(a.turns, b.turns):
+                assert x.prompt_ids == y.prompt_ids and x.response_ids == y.response_ids
+                np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-4)
+    with pytest.raises(ValueError, match="kept_cache_mb must be >= 0"):
+        type(tiny_policy)(tiny_policy.model, tiny_policy.tokenizer, kept_cache_mb=-1)
+
+
 def test_kept_cache_mixes_rows_with_and_without_a_past(tiny_policy):
     config = SamplingConfig(temperature=0, max_new_tokens=5, stop=[])
     tiny_policy.reuse_cache = True

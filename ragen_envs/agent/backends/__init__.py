@@ -8,7 +8,7 @@ from typing import Literal
 
 from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
 
-from ragen_envs.agent.backends.base import Generation, Policy, SamplingConfig
+from ragen_envs.agent.backends.base import FORWARD_BATCH, KEPT_CACHE_MB, Generation, Policy, SamplingConfig
 
 BACKENDS = ("transformers", "vllm", "openai")
 
@@ -59,10 +59,16 @@ class PolicyConfig:
     # torch's CPU threads; None: one per core no other process is busy on (agent/threads.py: torch's own
     # default of one per core slows several-fold beside another busy process)
     threads: int | None = None
+    # transformers backend: most sequences one forward pass runs; fewer take less memory, a little slower
+    batch_size: int = bounded(FORWARD_BATCH, min=1, flag="forward_batch")
+    # transformers backend: the most MB of KV cache kept from one turn to the next (the last turn's and the
+    # new one's are both held while a turn runs: twice this); a reply over it has its next prompt run in full
+    kept_cache_mb: float = bounded(KEPT_CACHE_MB, min=0)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # vLLM's engine (--backend vllm)
 
     def __post_init__(self):
         check_choices(self)
+        check_bounds(self)
         if self.threads is not None:
             check_positive_int("--threads", self.threads)
         if self.backend == "openai" and not self.model:
@@ -75,7 +81,8 @@ class PolicyConfig:
         if self.backend == "openai":
             return make_policy("openai", self.model, base_url=self.base_url, tokenizer=self.tokenizer)
         if self.backend == "transformers":
-            return make_policy("transformers", self.model, device=self.device)
+            return make_policy("transformers", self.model, device=self.device, batch_size=self.batch_size,
+                               kept_cache_mb=self.kept_cache_mb)
         return make_policy(self.backend, self.model, config=self.vllm)
 
 

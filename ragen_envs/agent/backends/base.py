@@ -24,6 +24,11 @@ from ragen_envs.agent.chat_encoding import Message, encode_chat, tokenize
 from ragen_envs.base import check_positive_int
 
 Images = list[np.ndarray]  # one prompt's images
+# The transformers backend's memory: sequences per forward pass, and the megabytes of KV cache it keeps from
+# one turn to the next (beyond them a reply's cache is dropped and its next prompt runs in full). Declared
+# here, where PolicyConfig and TransformersPolicy both read them without torch.
+FORWARD_BATCH = 32
+KEPT_CACHE_MB = 1024
 
 
 class TokenPrompt(list):

@@ -29,7 +29,8 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from ragen_envs.agent import vision
-from ragen_envs.agent.backends.base import Generation, Images, Policy, Prompt, SamplingConfig
+from ragen_envs.agent.backends.base import (FORWARD_BATCH, KEPT_CACHE_MB, Generation, Images, Policy, Prompt,
+                                            SamplingConfig)
 from ragen_envs.agent.default_model import load_model, load_processor
 
 
@@ -79,15 +80,19 @@ class TransformersPolicy(Policy):
         dtype: weights dtype when loading from a path; default bf16 on GPU and fp32 on CPU (CPUs
             without bf16 matrix instructions run bf16 matmuls ~3x slower than fp32: measured here,
             8x64 tokens after 319-token prompts took 47 s in bf16, 15 s in fp32).
-        batch_size: most prompts per forward pass in ``generate`` and continuations in ``score``.
+        batch_size: most prompts per forward pass in ``generate`` and continuations in ``score``; fewer
+            take less memory (a pass's KV cache grows with its rows times their length).
         reuse_cache: keep each reply's KV cache for the next turn, whose prompt extends it (see the
             module docstring); False recomputes every prompt in full.
+        kept_cache_mb: the most megabytes of KV cache kept from one call to the next (None: no bound); a reply
+            whose cache would go over is not kept and its next turn's prompt runs in full. While a call runs,
+            the last call's caches and its own are both held: at most twice this.
         processor: a vision-language model's processor; loaded from ``model``'s path when it has one.
     """
 
     def __init__(self, model=None, tokenizer=None, device: str | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 32, reuse_cache: bool = True,
-                 processor=None):
+                 dtype: torch.dtype | None = None, batch_size: int = FORWARD_BATCH, reuse_cache: bool = True,
+                 processor=None, kept_cache_mb: float | None = KEPT_CACHE_MB):
         self.device = pick_device(device)
         if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             if dtype is None:
@@ -120,6 +125,11 @@ class TransformersPolicy(Policy):
         self.max_context = int(getattr(config, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids()
         self.reuse_cache = reuse_cache
+        if kept_cache_mb is not None and not kept_cache_mb >= 0:
+            raise ValueError(f"kept_cache_mb must be >= 0 (or None: no bound), got {kept_cache_mb!r}")
+        self.kept_cache_bytes = None if kept_cache_mb is None else kept_cache_mb * 2 ** 20
+        self.kept_bytes = 0  # what the caches kept by this call take
+        self.caches_not_kept = 0  # replies whose cache went over the bound (for benchmarks)
         # (token ids (prompt + reply but its last token), their images' digests) -> per layer (keys, values),
         # each (heads, length, dim)
         self._kept: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -138,7 +148,7 @@ class TransformersPolicy(Policy):
 
     # -- generation ------------------------------------------------------------------------------
     def reset_cache(self) -> None:
-        self._kept, self._scored = {}, None
+        self._kept, self._scored, self.kept_bytes = {}, None, 0
 
     def _weights_version(self) -> int:
         """Changes whenever a weight is written in place (an optimizer step, ``load_state_dict``)."""
@@ -155,7 +165,7 @@ class TransformersPolicy(Policy):
         ids = [self.prompt_ids(p) for p in prompts]
         images = [self.prompt_images(p) for p in prompts]
         self._check_weights()
-        previous, self._kept = self._kept, {}
+        previous, self._kept, self.kept_bytes = self._kept, {}, 0
         out: list[Generation] = []
         for start in range(0, len(ids), self.batch_size):
             end = start + self.batch_size
@@ -263,6 +273,12 @@ class TransformersPolicy(Policy):
         if not self.reuse_cache:
             return
         real = mask[k].bool()
+        size = int(real.sum()) * sum(layer.keys[k][:, :1].nbytes + layer.values[k][:, :1].nbytes
+                                     for layer in cache.layers)
+        if self.kept_cache_bytes is not None and self.kept_bytes + size > self.kept_cache_bytes:
+            self.caches_not_kept += 1
+            return
+        self.kept_bytes += size
         self._kept[self._key(tokens, images)] = [(layer.keys[k][:, real], layer.values[k][:, real])
                                                  for layer in cache.layers]
 
