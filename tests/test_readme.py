@@ -1,7 +1,12 @@
 """Every Python block of the READMEs and the docs pages (README.md, docs/**/*.md, benchmarks/README.md,
 benchmarks/results/**/README.md) runs as written, in a fresh process and a scratch folder, or starts with a
 visible ``# not run here: WHY`` line; such a block must still compile, and every ragen-envs module and name
-it uses must exist. A block written twice (README.md's tour repeats blocks of its docs pages) runs once."""
+it uses must exist. A block written twice (README.md's tour repeats blocks of its docs pages) runs once.
+
+The pages a library user reads (README.md, docs/) run against the package as a user installs it: a wheel
+built from this checkout, installed into a fresh virtual environment outside the repository (its
+dependencies taken from this one's, so nothing is fetched). The benchmarks' pages are about this
+repository (their scripts are not in the package) and run from the checkout."""
 
 import ast
 import importlib
@@ -50,15 +55,51 @@ def test_the_readmes_have_python_blocks():
     assert {"README.md", "docs/envs.md", "docs/agent.md", "docs/training.md", "docs/integrations.md"} <= pages
 
 
+@pytest.fixture(scope="module")
+def wheel_python(tmp_path_factory) -> str:
+    """The python of a fresh virtual environment, outside the repository, holding the wheel built from this
+    checkout (pip, no index); the wheel's dependencies are this environment's site-packages, appended to its
+    path by a .pth file (whose own .pth files, such as the editable install's finder, Python does not read)."""
+    import site
+    import sysconfig
+
+    where = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(where / "dist"), str(ROOT)], check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True, capture_output=True, timeout=300)
+    python = str(where / "venv" / "bin" / "python")
+    wheel = next((where / "dist").glob("ragen_envs-*.whl"))
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
+                   capture_output=True, timeout=300)
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    ours = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
+    Path(purelib, "ragen_envs_deps.pth").write_text("\n".join(sorted(ours)) + "\n")
+    return python
+
+
+def library_page(code: str) -> bool:
+    """Whether the block's first page is one a library user reads (README.md, docs/), not the benchmarks'."""
+    return not next(where for where, c in found() if c == code).startswith("benchmarks/")
+
+
 @pytest.mark.parametrize("code", BLOCKS)
-def test_a_readme_block_runs_as_written(code, tmp_path):
+def test_a_readme_block_runs_as_written(code, tmp_path, request):
     if code.startswith(MARK):
         assert code.splitlines()[0][len(MARK):].strip(), "the marker says why the block cannot run here"
         check_names(code)
         return
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if library_page(code):
+        python = request.getfixturevalue("wheel_python")
+        env.pop("PYTHONPATH", None)
+        where = subprocess.run([python, "-c", "import ragen_envs, trainers; print(ragen_envs.__file__, "
+                                "trainers.__file__)"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert where.stdout.split() and all(not Path(f).is_relative_to(ROOT) for f in where.stdout.split()), \
+            (where.stdout, where.stderr)  # the installed wheel's, not the checkout's
+    else:
+        python, env["PYTHONPATH"] = sys.executable, str(ROOT)
+    done = subprocess.run([python, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
