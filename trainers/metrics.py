@@ -209,8 +209,8 @@ def tensorboard_writer(run_dir: Path, keep_iterations: int, report_to: str = Tra
         if report_to == "auto":  # else W&B gets the metrics, and TensorBoard was only "where installed"
             why = "TensorBoard is not installed" if isinstance(e, ImportError) else \
                 f"TensorBoard could not start ({type(e).__name__}: {e})"
-            print(f"{why}: metrics go to metrics.jsonl and metrics.csv only (TensorBoard: "
-                  f"{install_hint('tensorboard')})", file=sys.stderr, flush=True)  # stdout is the metrics table's
+            print(f"{why}: metrics go to metrics.jsonl and metrics.csv only; for TensorBoard too, "
+                  f"{install_hint('tensorboard')}", file=sys.stderr, flush=True)  # stdout is the metrics table's
         return None
 
 
