@@ -63,9 +63,17 @@ def wheel_python(tmp_path_factory) -> str:
     import site
     import sysconfig
 
+    import shutil
+
     where = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(where / "dist"), str(ROOT)], check=True, capture_output=True, timeout=300)
+    source = where / "source"  # a copy of what the wheel is built from: a build in the checkout writes build/
+    for name in ("ragen_envs", "trainers"):  # and *.egg-info there, which another test's build may be using
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                            str(where / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
     subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True, capture_output=True, timeout=300)
     python = str(where / "venv" / "bin" / "python")
     wheel = next((where / "dist").glob("ragen_envs-*.whl"))

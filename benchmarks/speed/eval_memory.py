@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
 import findings  # noqa: E402
 
 from ragen_envs.agent.backends.base import KEPT_CACHE_MB  # noqa: E402
+from ragen_envs.registry import env_for  # noqa: E402
 
 # one setting's run, in a process of its own so that its peak is its own
 CHILD = """
@@ -57,7 +58,7 @@ def bound(text: str) -> float | None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", default="Ragen/Sokoban-v0")
+    p.add_argument("--env", default=env_for("default"), help="an env id (default: the catalogue's default, Sokoban)")
     p.add_argument("--model", default=None, help="a path (default: the embedded SmolLM2-135M)")
     p.add_argument("--groups", type=int, default=8)
     p.add_argument("--group-size", type=int, default=4)
