@@ -1,5 +1,5 @@
 """Peak memory of an evaluation with the transformers backend: the KV caches it keeps between turns unbounded
-(how it ran before the bound) against the default bound and a tighter one, on the same episodes.
+(the default) against bounds (``--kept-cache-mb``), on the same episodes.
 
 Each setting plays the same grouped rollout (the embedded SmolLM2-135M by default) in a fresh process and
 reports that process's peak resident memory, its wall time, the KV cache it kept at most and the replies whose
@@ -21,7 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
 import findings  # noqa: E402
 
-from ragen_envs.agent.backends.base import KEPT_CACHE_MB  # noqa: E402
 from ragen_envs.registry import env_for  # noqa: E402
 
 # one setting's run, in a process of its own so that its peak is its own
@@ -64,7 +63,7 @@ def main(argv=None) -> None:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--max-turns", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--bounds", default=f"none,{KEPT_CACHE_MB},256",
+    p.add_argument("--bounds", default="none,1024,256",
                    help="comma-separated kept-cache bounds in MB, 'none' for no bound (the first is the baseline)")
     p.add_argument("--out", default="benchmarks/results/eval_memory/result.json")
     args = p.parse_args(argv)

@@ -62,8 +62,9 @@ class PolicyConfig:
     # transformers backend: most sequences one forward pass runs; fewer take less memory, a little slower
     batch_size: int = bounded(FORWARD_BATCH, min=1, flag="forward_batch")
     # transformers backend: the most MB of KV cache kept from one turn to the next (the last turn's and the
-    # new one's are both held while a turn runs: twice this); a reply over it has its next prompt run in full
-    kept_cache_mb: float = bounded(KEPT_CACHE_MB, min=0)
+    # new one's are both held while a turn runs: twice this); a reply over it has its next prompt run in full,
+    # whose prefill may take more memory than the cache did; None: no bound
+    kept_cache_mb: float | None = bounded(KEPT_CACHE_MB, min=0)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # vLLM's engine (--backend vllm)
 
     def __post_init__(self):
