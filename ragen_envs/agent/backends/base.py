@@ -26,7 +26,7 @@ from ragen_envs.base import check_positive_int
 Images = list[np.ndarray]  # one prompt's images
 # The transformers backend's memory: sequences per forward pass, and the megabytes of KV cache it keeps from
 # one turn to the next (beyond them a reply's cache is dropped and its next prompt runs in full). None: no
-# bound, because a bound measured worse: at 256 MB an 4 x 4 Sokoban eval peaked at 2.09x the unbounded run's
+# bound, because a bound measured worse: at 256 MB a 4 x 4 Sokoban eval peaked at 2.09x the unbounded run's
 # memory (the full prompts' prefill costs more than the caches it saves; benchmarks/speed/eval_memory.py).
 # Declared here, where PolicyConfig and TransformersPolicy both read them without torch.
 FORWARD_BATCH = 32
