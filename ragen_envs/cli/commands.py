@@ -444,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(error).split()) or type(error).__name__
         if isinstance(error, ImportError) and missing_module_hint(error):  # "No module named 'torch'" says too little
             message = f"{message}: {missing_module_hint(error)}"
-        if trainers_shadowed() is not None:  # a user's own trainers/ folder fails in ways that name nothing
-            message = f"{message} ({trainers_shadowed()})"
+        shadowed = trainers_shadowed()  # a user's own trainers/ folder fails in ways that name nothing
+        if shadowed is not None:
+            message = f"{message} ({shadowed})"
         if isinstance(error, USER_ERRORS):
             print(f"ragen: error: {message}", file=sys.stderr)
             return 2
