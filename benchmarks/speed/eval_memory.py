@@ -31,13 +31,6 @@ from ragen_envs.agent.backends.transformers import TransformersPolicy
 from ragen_envs.agent.trajectory import rollout_metrics
 a = json.loads(sys.argv[1])
 policy = TransformersPolicy(a["model"], device="cpu", kept_cache_mb=a["bound"])
-largest = 0
-real_keep = type(policy)._keep
-def keep(self, *args):
-    global largest
-    real_keep(self, *args)
-    largest = max(largest, self.kept_bytes)
-type(policy)._keep = keep
 config = RolloutConfig(n_groups=a["groups"], group_size=a["group_size"], seed=0,
                        chat=ChatEnvConfig(max_turns=a["max_turns"]),
                        sampling=SamplingConfig(temperature=1.0, max_new_tokens=a["max_new_tokens"], seed=0))
@@ -45,7 +38,7 @@ start = time.perf_counter()
 trajectories = RolloutRunner(a["env"], policy, config).collect()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 print(json.dumps({"wall_s": time.perf_counter() - start, "peak_mb": peak,
-                  "kept_mb_max": largest / 2 ** 20, "caches_not_kept": policy.caches_not_kept,
+                  "kept_mb_max": policy.kept_bytes_peak / 2 ** 20, "caches_not_kept": policy.caches_not_kept,
                   "prefilled_tokens": policy.prefilled_tokens, "tokens": sum(t.response_length for t in trajectories),
                   "success": rollout_metrics(trajectories)["success"]}))
 """

@@ -129,6 +129,7 @@ class TransformersPolicy(Policy):
             raise ValueError(f"kept_cache_mb must be >= 0 (or None: no bound), got {kept_cache_mb!r}")
         self.kept_cache_bytes = None if kept_cache_mb is None else kept_cache_mb * 2 ** 20
         self.kept_bytes = 0  # what the caches kept by this call take
+        self.kept_bytes_peak = 0  # the most they took in any call (for benchmarks)
         self.caches_not_kept = 0  # replies whose cache went over the bound (for benchmarks)
         # (token ids (prompt + reply but its last token), their images' digests) -> per layer (keys, values),
         # each (heads, length, dim)
@@ -279,6 +280,7 @@ class TransformersPolicy(Policy):
             self.caches_not_kept += 1
             return
         self.kept_bytes += size
+        self.kept_bytes_peak = max(self.kept_bytes_peak, self.kept_bytes)
         self._kept[self._key(tokens, images)] = [(layer.keys[k][:, real], layer.values[k][:, real])
                                                  for layer in cache.layers]
 
