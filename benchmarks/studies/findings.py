@@ -399,14 +399,16 @@ def rank_correlation_text(summary: dict, digits: int = 2) -> str:
 # Template collapse as issue 66 pre-registers it: the 10-iteration mean Retrieval-Acc below 2x chance while the
 # reasoning's entropy (token entropy and H(Z|X)) holds at 0.8x or more of its first 10 iterations' mean
 COLLAPSE_WINDOW, COLLAPSE_CHANCE, COLLAPSE_HOLD = 10, 2.0, 0.8
+COLLAPSE_HELD = ("policy/token_entropy", "mi/conditional_entropy")
 
 
-def collapse_iteration(history: list[dict], window: int = COLLAPSE_WINDOW) -> int | None:
+def collapse_iteration(history: list[dict], window: int = COLLAPSE_WINDOW, held=COLLAPSE_HELD) -> int | None:
     """The first iteration at which a run's MI rows of the last ``window`` iterations show template collapse
     (``COLLAPSE_*``: mean Retrieval-Acc under 2x the mean chance, mean token entropy and mean H(Z|X) each at
     least 0.8x its mean over the run's first ``window`` iterations); None where it never does (a run censored
     at its end) or where the first window is near chance already (nothing to lose). Rows without MI
-    (iterations between ``mi_every``) are skipped."""
+    (iterations between ``mi_every``) are skipped. ``held=()``: the input dependence lost, whatever the
+    entropy did (design A's second reading: a reasoning that turns to one low-entropy template)."""
     def number(value) -> bool:
         return value is not None and value == value  # not missing, not nan
 
@@ -423,7 +425,7 @@ def collapse_iteration(history: list[dict], window: int = COLLAPSE_WINDOW) -> in
     start = [r for r in scored if r["iteration"] < first_end]
     if mean("mi/retrieval_acc", start) < COLLAPSE_CHANCE * mean("mi/retrieval_chance", start):
         return None  # near chance from the start: no input dependence to lose
-    held = {key: mean(key, start) for key in ("policy/token_entropy", "mi/conditional_entropy")}
+    held = {key: mean(key, start) for key in held}
     for row in scored:
         if row["iteration"] < first_end - 1:
             continue  # a whole window first
@@ -474,6 +476,7 @@ def run_summary(history: list[dict]) -> dict:
         "kept_trajectory_ratio": mean("filter/kept_trajectory_ratio", history),
         # issue 66's template collapse (None: not in this run, censored at its last iteration)
         "collapse_iteration": collapse_iteration(history),
+        "input_loss_iteration": collapse_iteration(history, held=()),  # Retrieval-Acc near chance, entropy aside
         "last_iteration": max((r.get("iteration", k) for k, r in enumerate(history, start=1)), default=None),
     }
     for key in ("iteration", "rollout", "mi", "stats", "filter", "update"):

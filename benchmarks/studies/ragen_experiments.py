@@ -16,6 +16,7 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
                                                                        # only, the filter inside groups (no script)
     python benchmarks/studies/ragen_experiments.py collapse-frozenlake # issue 66's designs of a collapse the filter
     python benchmarks/studies/ragen_experiments.py collapse-sokoban    # should prevent (no script; collapse.json)
+    python benchmarks/studies/ragen_experiments.py collapse-slip
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
 ``--include-zero``, ``--kl-loss-type``, ``--checkpoint-step``) and the findings flags (``--help``); ``--reuse
 FOLDER`` copies in the cells another study has trained alike (the entropy sweep's coefficient 0 is the KL
@@ -205,7 +206,12 @@ def stress(args) -> list:
 TOP_P_LINEAR = {**FILTER, "filter_prob_mode": "linear", **filtered(True)}
 COLLAPSE_ARMS = {"none": filtered(False), "top_p_linear": TOP_P_LINEAR,
                  "top_p_softmax": {**SOFTMAX, **filtered(True, include_zero=True)},
-                 "random_k": {**TOP_P_LINEAR, "filter_control": "random"}}
+                 "random_k": {**TOP_P_LINEAR, "filter_control": "random"},
+                 # the slip sweep's rule (the frozenlake preset's), zero-variance groups kept in the ranking, and
+                 # its random control
+                 "top_p_with_zero": {**TOP_P_LINEAR, **filtered(True, include_zero=True)},
+                 "random_k_with_zero": {**TOP_P_LINEAR, **filtered(True, include_zero=True),
+                                        "filter_control": "random"}}
 DESIGNS = {
     # B: FrozenLake (coordinates), its binary reward, half one-move maps and half six-move ones in the 10-move
     # budget (most groups all-win or all-lose: zero reward variance), Dr. GRPO (a zero-variance group's
@@ -214,14 +220,18 @@ DESIGNS = {
                             "env_kwargs": {"solution_lengths": [1, 6]}},
     # C: Sokoban (coordinates), +1 on the solve only, one-push levels and eight-move ones in the 10-move
     # budget, PPO with its critic at 10x the actor, KL (k3) 0.01 to the start and entropy 0.01
+    # A: the slip sweep's one collapse-and-rescue (FrozenLake at slip 0.8, the organism preset: GRPO, MI every
+    # iteration), run twice as long with more seeds and a random control
+    "collapse-slip": {"env_kwargs": {"slip": 0.8}},
     "collapse-sokoban": {"algorithm": "ppo", "beta": 0.01, "kl_loss_type": "low_var_kl", "entropy_coef": 0.01,
                          "mi_every": 2, "env_kwargs": {"reward": "success", "solution_lengths": [1, 8]}},
 }
 
 
 def collapse_design(args) -> list:
-    """Issue 66's designs B (``collapse-frozenlake``) and C (``collapse-sokoban``): ``DESIGNS``' settings, each arm
-    of ``COLLAPSE_ARMS`` (``--values``); MI every 2 iterations, for ``findings.collapse_iteration``."""
+    """Issue 66's designs A (``collapse-slip``), B (``collapse-frozenlake``) and C (``collapse-sokoban``):
+    ``DESIGNS``' settings, each arm of ``COLLAPSE_ARMS`` (``--values``); MI every iteration or two, for
+    ``findings.collapse_iteration``."""
     unknown = [v for v in args.values if v not in COLLAPSE_ARMS]
     if unknown:
         raise SystemExit(f"{args.experiment} --values: {', '.join(unknown)} is not one of {', '.join(COLLAPSE_ARMS)}")
@@ -245,7 +255,10 @@ EXPERIMENTS = {
     "stress": (stress, dict(tasks="sokoban", values=",".join(STRESS))),
     "collapse-frozenlake": (collapse_design, dict(tasks="frozenlake", values="none,top_p_linear,random_k",
                                                   iterations=200, groups=16, group_size=8)),
-    "collapse-sokoban": (collapse_design, dict(tasks="sokoban", values=",".join(COLLAPSE_ARMS), iterations=150)),
+    "collapse-sokoban": (collapse_design, dict(tasks="sokoban", iterations=150,
+                                               values="none,top_p_linear,top_p_softmax,random_k")),
+    "collapse-slip": (collapse_design, dict(tasks="frozenlake", values="none,top_p_with_zero,random_k_with_zero",
+                                            iterations=80, seeds=4)),
 }
 # the probe of a checkpoint (run_sokoban_ppo_filter_grad_analysis_probe_ckpt.sh): KL and entropy both on
 PROBE = {"beta": 0.001, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}
@@ -305,7 +318,7 @@ def cells(args) -> dict[str, list]:
     for task, _, _, _ in arms:
         s = findings.preset_scale(args, env_for_task(task), defaults.get("iterations"))
         if not args.quick:  # the experiment's own batch, where the flags leave it
-            s = replace(s, **{k: defaults[k] for k in ("groups", "group_size") if k in defaults
+            s = replace(s, **{k: defaults[k] for k in ("groups", "group_size", "seeds") if k in defaults
                               and getattr(args, k) is None})
         out[task] = [(f"{name}-seed{seed}", {**labels, "seed": seed}, s, seed, fields) for seed in range(s.seeds)
                      for t, name, labels, fields in arms if t == task]
@@ -454,8 +467,10 @@ def contrasts_text(result: dict, reference: str) -> str:
 
 def collapse_summary(rows: list[dict], reference: str = "none") -> dict:
     """Per arm of a collapse design: each seed's iteration of template collapse (``findings.collapse_iteration``;
-    None: not by its last iteration, censored there), how many seeds collapsed, and its held-out success minus
-    the ``reference`` arm's on the same boards (``findings.paired_bootstrap`` over seeds and boards)."""
+    None: not by its last iteration, censored there), how many seeds collapsed, the same for the input
+    dependence lost whatever the entropy did (``input_loss_iteration``; cells run before it existed have none),
+    and its held-out success minus the ``reference`` arm's on the same boards (``findings.paired_bootstrap``
+    over seeds and boards)."""
     by_arm: dict[str, list[dict]] = {}
     for row in rows:
         by_arm.setdefault(str(row["filter"]), []).append(row)
@@ -463,7 +478,9 @@ def collapse_summary(rows: list[dict], reference: str = "none") -> dict:
     out = {}
     for arm, arm_rows in by_arm.items():
         times = {r["seed"]: r.get("collapse_iteration") for r in sorted(arm_rows, key=lambda r: r["seed"])}
+        lost = {r["seed"]: r.get("input_loss_iteration") for r in sorted(arm_rows, key=lambda r: r["seed"])}
         out[arm] = {"collapse_iteration": times, "collapsed": sum(t is not None for t in times.values()),
+                    "input_loss_iteration": lost, "lost_input": sum(t is not None for t in lost.values()),
                     "seeds": len(times), "censored_at": max((r.get("last_iteration") or 0) for r in arm_rows),
                     f"val_success_minus_{reference}": findings.paired_bootstrap(wins[arm], wins.get(reference, {}))}
     return out
@@ -473,11 +490,13 @@ def collapse_text(summary: dict, reference: str = "none") -> str:
     """``collapse_summary`` a line per arm."""
     lines = []
     for arm, a in summary.items():
-        times = ", ".join(f"seed {k}: {'-' if t is None else t}" for k, t in a["collapse_iteration"].items())
+        times, lost = (", ".join(f"seed {k}: {'-' if t is None else t}" for k, t in a[key].items())
+                       for key in ("collapse_iteration", "input_loss_iteration"))
         mean, low, high = a[f"val_success_minus_{reference}"]
         lines.append(f"{arm}: collapsed in {a['collapsed']} of {a['seeds']} seeds ({times}; '-': not by iteration "
-                     f"{a['censored_at']}); held-out success minus {reference} {mean:+.3f} [{low:+.3f}, {high:+.3f}]"
-                     " (bootstrap over seeds and boards)")
+                     f"{a['censored_at']}); lost its input dependence in {a['lost_input']} ({lost}); held-out "
+                     f"success minus {reference} {mean:+.3f} [{low:+.3f}, {high:+.3f}] (bootstrap over seeds and "
+                     "boards)")
     return "\n".join(lines)
 
 

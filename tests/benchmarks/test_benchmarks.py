@@ -267,12 +267,15 @@ def test_template_collapse_is_the_window_at_chance_while_entropy_holds():
     assert findings.collapse_iteration(history(falling, [0.5] * 40)) == 29  # the first window mostly past 21
     # the same fall with the entropy falling too (0.5 -> 0.3, under 0.8x): a narrowing, not the template kind
     assert findings.collapse_iteration(history(falling, [0.5] * 20 + [0.3] * 20)) is None
+    # ... which the input-dependence reading (design A's second) counts, entropy aside
+    assert findings.collapse_iteration(history(falling, [0.5] * 20 + [0.3] * 20), held=()) == 29
+    assert findings.collapse_iteration(history([0.9] * 40, [0.5] * 20 + [0.3] * 20), held=()) is None
     assert findings.collapse_iteration(history(falling, [0.5] * 20 + [0.7] * 20)) == 29  # a rising entropy holds
     assert findings.collapse_iteration(history([0.9] * 40, [0.5] * 40)) is None  # censored at its end
     assert findings.collapse_iteration(history([0.2] * 40, [0.5] * 40)) is None  # at chance from the start
     assert findings.collapse_iteration([{"iteration": 1, "policy/token_entropy": 0.5}]) is None  # no MI rows
     summary = findings.run_summary(history(falling, [0.5] * 40))
-    assert (summary["collapse_iteration"], summary["last_iteration"]) == (29, 40)
+    assert (summary["collapse_iteration"], summary["input_loss_iteration"], summary["last_iteration"]) == (29, 29, 40)
 
 
 def test_the_paired_bootstrap_resamples_seeds_and_boards_of_both_arms_alike():

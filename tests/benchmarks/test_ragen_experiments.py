@@ -166,17 +166,35 @@ def test_the_collapse_designs_are_their_pre_registered_settings_with_one_filter_
         configs(["collapse-sokoban", "--values", "largest"])
 
 
+def test_design_a_is_the_slip_sweeps_cells_at_slip_0_8_run_longer_with_a_random_control():
+    a = {n.split("/")[1]: c for n, c in configs(["collapse-slip"]).items()}
+    assert sorted({n.rsplit("-seed", 1)[1] for n in a}) == ["0", "1", "2", "3"]  # 4 seeds by default
+    none, top_p, control = (a[f"filter-{v}-seed0"] for v in ("none", "top_p_with_zero", "random_k_with_zero"))
+    # the committed sweep cell's own record of what it ran
+    swept = Path(findings.__file__).parents[1] / "results" / "frozenlake_slip_sweep" / "slip0.8-top_p-seed0"
+    sweep = json.loads((swept / "result.json").read_text())["config"]
+    assert (top_p.num_iterations, top_p.rollout.env_kwargs["slip"]) == (80, 0.8)
+    for field in ("algorithm", "mi_every", "learning_rate", "entropy_coef", "beta", *FILTER):
+        assert getattr(top_p, field) == sweep[field], field
+    assert picked(control, *FILTER) == picked(top_p, *FILTER) and control.filter_control == "random"
+    assert picked(none, "filter_value", "include_zero") == (1.0, True)
+
+
 def test_the_collapse_summary_counts_seeds_censors_and_pairs_boards():
-    rows = [{"filter": arm, "seed": seed, "collapse_iteration": at, "last_iteration": 200, "val_wins": wins}
-            for arm, seed, at, wins in [("none", 0, 60, "0010"), ("none", 1, None, "0100"),
-                                        ("top_p_linear", 0, None, "1110"), ("top_p_linear", 1, None, "0111")]]
+    rows = [{"filter": arm, "seed": seed, "collapse_iteration": at, "input_loss_iteration": lost,
+             "last_iteration": 200, "val_wins": wins}
+            for arm, seed, at, lost, wins in [("none", 0, 60, 50, "0010"), ("none", 1, None, 90, "0100"),
+                                              ("top_p_linear", 0, None, None, "1110"),
+                                              ("top_p_linear", 1, None, None, "0111")]]
     summary = rx.collapse_summary(rows)
     assert summary["none"]["collapse_iteration"] == {0: 60, 1: None} and summary["none"]["collapsed"] == 1
     assert summary["top_p_linear"]["collapsed"] == 0 and summary["top_p_linear"]["censored_at"] == 200
     mean, low, high = summary["top_p_linear"]["val_success_minus_none"]
     assert mean == pytest.approx(0.5) and low <= mean <= high
     assert summary["none"]["val_success_minus_none"] == (0.0, 0.0, 0.0)
+    assert summary["none"]["lost_input"] == 2 and summary["top_p_linear"]["lost_input"] == 0
     assert "collapsed in 1 of 2 seeds (seed 0: 60, seed 1: -" in rx.collapse_text(summary)
+    assert "lost its input dependence in 2 (seed 0: 50, seed 1: 90)" in rx.collapse_text(summary)
 
 
 def test_the_stress_arms_keep_one_quartile_or_filter_inside_groups():
