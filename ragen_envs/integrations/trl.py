@@ -42,12 +42,13 @@ import gymnasium as gym
 from ragen_envs.agent.backends.transformers import TransformersPolicy
 from ragen_envs.agent.rollout import RolloutConfig, RolloutRunner, env_kwargs_by_id
 from ragen_envs.base import observation_text
+from ragen_envs.extras import install_hint
 from ragen_envs.integrations.common import seed_rows
 
 try:
     import trl  # noqa: F401  (the extra this adapter is for)
 except ImportError:  # pragma: no cover - depends on the installed extras
-    raise ImportError("ragen_envs.integrations.trl needs TRL: pip install 'ragen-envs[trl]'") from None
+    raise ImportError(f"ragen_envs.integrations.trl needs TRL: {install_hint('trl')}") from None
 
 
 def env_reward(completions, env_reward, **kwargs) -> list[float]:

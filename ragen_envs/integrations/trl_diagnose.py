@@ -45,12 +45,13 @@ import torch
 from ragen_envs.diagnose.filtering import FilterConfig, select_groups
 from ragen_envs.diagnose.monitor import CollapseMonitor
 from ragen_envs.diagnose.texts import MAX_PAIRS, read_reasoning
+from ragen_envs.extras import install_hint
 
 try:
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 except ImportError:  # pragma: no cover - depends on the installed extras
-    raise ImportError("ragen_envs.integrations.trl_diagnose needs TRL: pip install 'ragen-envs[trl]'") from None
+    raise ImportError(f"ragen_envs.integrations.trl_diagnose needs TRL: {install_hint('trl')}") from None
 
 ROW_NORMALISED = ("grpo", "sapo", "dr_grpo", "luspo")  # losses whose mean counts every row of the batch
 LOSS_SCALINGS = ("none", "linear", "sqrt")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragen_envs.extras import install_hint
 from ragen_envs.remote import wire
 from ragen_envs.remote.client import EnvClient
 
@@ -50,7 +51,7 @@ class RemoteEnv(EnvClient):
         try:
             import httpx
         except ImportError:
-            raise ImportError("RemoteEnv needs the 'server' extra: pip install 'ragen-envs[server]'") from None
+            raise ImportError(f"RemoteEnv needs the 'server' extra: {install_hint('server')}") from None
         self._httpx = httpx
         self.url = url.rstrip("/")
         self._owns_client = client is None

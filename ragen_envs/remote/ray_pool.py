@@ -22,12 +22,13 @@ from typing import Any
 import gymnasium as gym
 
 from ragen_envs.base import check_positive_int
+from ragen_envs.extras import install_hint
 from ragen_envs.remote.client import CALLS, EnvClient, surface
 
 try:
     import ray
 except ImportError:  # pragma: no cover - depends on the installed extras
-    raise ImportError("RayEnv needs the 'ray' extra: pip install 'ragen-envs[ray]'") from None
+    raise ImportError(f"RayEnv needs the 'ray' extra: {install_hint('ray')}") from None
 
 NAMESPACE = "ragen_envs"
 

@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 
 import gymnasium as gym
 
+from ragen_envs.extras import install_hint
 from ragen_envs.remote.server.config import ServerConfig, host_name
 
 try:  # first, so that a missing extra is this one line, not an ImportError from a protocol's module
@@ -65,7 +66,7 @@ try:  # first, so that a missing extra is this one line, not an ImportError from
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(f"the env server needs the 'server' extra: pip install 'ragen-envs[server]' ({error})") from None
+    raise ImportError(f"the env server needs the 'server' extra: {install_hint('server')} ({error})") from None
 
 from ragen_envs.remote.server import mcp, openenv, rest  # noqa: E402 (after the extra's check)
 from ragen_envs.remote.server.sessions import ServeError, Sessions, authorized  # noqa: E402
