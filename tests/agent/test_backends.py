@@ -248,6 +248,33 @@ def test_openai_score_needs_prompt_logprobs(server, tokenizer):
     np.testing.assert_allclose(_client(tokenizer, s2.url).score([1, 2], [[3, 4]])[0], [-2.0, -3.0])
 
 
+def test_a_prompt_is_prefilled_for_its_last_positions_logits_only(tiny_policy, monkeypatch):
+    """The logits of every prompt position (rows x tokens x vocabulary) were an evaluation's peak memory:
+    the prefill asks the model for the last position's only, and the generations do not change."""
+    from ragen_envs.agent.backends import transformers as backend
+
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6, seed=2)
+    longer = CHAT + [{"role": "assistant", "content": "x"}, *CHAT]
+    shapes, real = [], backend.forward
+
+    def recording(model, cache=None, **kwargs):
+        logits, cache = real(model, cache, **kwargs)
+        shapes.append((kwargs["input_ids"].shape[1], logits.shape[1]))
+        return logits, cache
+    monkeypatch.setattr(backend, "forward", recording)
+    gens = tiny_policy.generate([CHAT, longer], sampling)
+    prompt_width, logits_width = shapes[0]
+    assert prompt_width > 10 and logits_width == 1  # the prefill: a whole prompt in, one position out
+    monkeypatch.setattr(backend, "keeps_last_logits", lambda model_class: False)  # a model without the option
+    tiny_policy.reset_cache()  # the same prefill again, not from the kept keys and values
+    shapes.clear()
+    again = tiny_policy.generate([CHAT, longer], sampling)
+    assert shapes[0][1] == shapes[0][0]  # all positions computed, the last one used
+    assert [g.token_ids for g in again] == [g.token_ids for g in gens]
+    for a, b in zip(again, gens):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
 def test_finished_rows_leave_the_batch(tiny_policy):
     def sampling(seed):  # row i of a batch samples with seed + i
         return SamplingConfig(temperature=1.0, max_new_tokens=8, stop=[], seed=seed)
