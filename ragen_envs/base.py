@@ -326,6 +326,12 @@ def observation_text(obs) -> str:
     return obs["text"] if isinstance(obs, dict) else str(obs)
 
 
+def declared(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, **metadata):
+    """A dataclass field with its metadata declared beside it: ``help`` (its command-line help), ``flag``, ...;
+    ``factory`` makes its default per instance (a list, a dict, a nested config)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
+
+
 def bounded(default, *, min=None, above=None, max=None, why: str = "", **metadata):
     """A dataclass field whose bounds are declared with it: at least ``min``, more than ``above``, at most
     ``max`` (``why``: the reason a message gives); ``check_bounds`` checks them. Other keywords are metadata."""

@@ -10,7 +10,7 @@ from typing import Literal
 
 from ragen_envs.agent.chat_env import ChatEnvConfig
 from ragen_envs.agent.rollout import RolloutConfig
-from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
+from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int, declared
 from ragen_envs.diagnose.filtering import FilterConfig
 from ragen_envs.extras import install_hint, installed
 from trainers.env_settings import ORGANISM_SFT_PARTS, PRESET_PARTS
@@ -35,9 +35,10 @@ def setting(default, role: str = LEARNS, **metadata):
 # names the flag (``--filter-value``). The rollout is nested too, but not a group: its record nests.
 
 
-def group(cls):
-    """A TrainerConfig field holding the group ``cls`` (a dataclass of settings that travel together)."""
-    return field(default_factory=cls, metadata={"group": True})
+def group(cls, **metadata):
+    """A TrainerConfig field holding the group ``cls`` (a dataclass of settings that travel together), with
+    other metadata (its ``help``) declared beside it."""
+    return field(default_factory=cls, metadata={**metadata, "group": True})
 
 
 def flat_name(f) -> str:
@@ -252,148 +253,153 @@ class KLRewardConfig:
 @dataclass
 class TrainerConfig:
     # -- run: algorithm, length, folder ------------------------------------------------------
-    algorithm: Literal[ALGORITHMS] = "grpo"  # ppo | grpo | dapo | drgrpo
-    # rollout -> filter -> update cycles in all, resumed ones included (TRL's max_steps)
-    num_iterations: int = bounded(10, min=1, flag="iterations", role=MEASURES)
-    # the run folder (metrics, resolved config, checkpoints, plot); None: a new runs/<date>-<time>-<algo>-<env>
-    output_dir: str | None = setting(None, PLACE)
-    # replace a run already in output_dir (its metrics, config, checkpoints); without it such a folder is refused
-    overwrite_output_dir: bool = setting(False, PLACE, flag="overwrite")
+    algorithm: Literal[ALGORITHMS] = setting("grpo", help="ppo | grpo | dapo | drgrpo")
+    num_iterations: int = bounded(10, min=1, flag="iterations", role=MEASURES, help="rollout -> filter -> update "
+                                  "cycles in all, resumed ones included (TRL's max_steps)")
+    output_dir: str | None = setting(None, PLACE, help="the run folder (metrics, resolved config, checkpoints, "
+                                     "plot); None: a new runs/<date>-<time>-<algo>-<env>")
+    overwrite_output_dir: bool = setting(False, PLACE, flag="overwrite", help="replace a run already in output_dir "
+                                         "(its metrics, config, checkpoints); without it such a folder is refused")
 
     # -- rollout: P prompt groups x G samples (RAGEN-2: 8 x 16); its seed seeds the whole run ---
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rollout: RolloutConfig = declared(factory=RolloutConfig, help="P prompt groups x G samples: their envs' turns "
+                                      "and sampling (RolloutConfig); its seed seeds the whole run")
 
     # -- optimisation ------------------------------------------------------------------------
-    learning_rate: float = bounded(1e-6, above=0)  # policy learning rate (AdamW)
-    # critic learning rate (value head, and its trunk when separate); None: CRITIC_LR_RATIO x learning_rate,
-    # RAGEN's ratio (critic 1e-5 over actor 1e-6), so a preset or flag that raises the actor's rate raises it too
-    critic_learning_rate: float | None = bounded(None, above=0, learns_if=lambda run: run["advantage"] == "gae")
-    weight_decay: float = bounded(0.0, min=0)  # AdamW weight decay
-    max_grad_norm: float = bounded(1.0, above=0)  # gradient clipping
-    # train only the top: the embeddings and this many bottom decoder layers stay frozen (0: train all).
-    # A CPU option: backward and optimizer state shrink with the trained share (trainers/freeze.py)
-    freeze_layers: int = bounded(0, min=0)
-    ppo_epochs: int = bounded(1, min=1)  # passes over each batch (TRL's num_iterations, mu)
-    # sequences per optimizer step (RAGEN's ppo_mini_batch_size): the kept batch is padded to a multiple of
-    # it and split, so keeping fewer groups means fewer steps, as in the reference; None: num_minibatches
-    # steps per epoch whatever is kept
-    mini_batch_size: int | None = bounded(32, min=1)
-    # how a kept batch that is no multiple of mini_batch_size is fixed: copy random kept sequences (RAGEN's
-    # default) or delete some
-    batch_adjust: Literal["copy", "delete"] = "copy"
-    num_minibatches: int = bounded(1, min=1)  # optimizer steps per epoch when mini_batch_size is None
-    micro_batch_size: int = bounded(2, min=1)  # sequences per forward/backward (gradient accumulation)
+    learning_rate: float = bounded(1e-6, above=0, help="policy learning rate (AdamW)")
+    critic_learning_rate: float | None = bounded(None, above=0, learns_if=lambda run: run["advantage"] == "gae",
+                                                 help="critic learning rate (value head, and its trunk when "
+                                                 "separate); None: CRITIC_LR_RATIO x learning_rate, RAGEN's ratio "
+                                                 "(critic 1e-5 over actor 1e-6), so a preset or flag that raises the "
+                                                 "actor's rate raises it too")
+    weight_decay: float = bounded(0.0, min=0, help="AdamW weight decay")
+    max_grad_norm: float = bounded(1.0, above=0, help="gradient clipping")
+    freeze_layers: int = bounded(0, min=0, help="train only the top: the embeddings and this many bottom decoder "
+                                 "layers stay frozen (0: train all). A CPU option: backward and optimizer state shrink "
+                                 "with the trained share (trainers/freeze.py)")
+    ppo_epochs: int = bounded(1, min=1, help="passes over each batch (TRL's num_iterations, mu)")
+    mini_batch_size: int | None = bounded(32, min=1, help="sequences per optimizer step (RAGEN's ppo_mini_batch_size): "
+                                          "the kept batch is padded to a multiple of it and split, so keeping fewer "
+                                          "groups means fewer steps, as in the reference; None: num_minibatches steps "
+                                          "per epoch whatever is kept")
+    batch_adjust: Literal["copy", "delete"] = setting("copy", help="how a kept batch that is no multiple of "
+                                                      "mini_batch_size is fixed: copy random kept sequences (RAGEN's "
+                                                      "default) or delete some")
+    num_minibatches: int = bounded(1, min=1, help="optimizer steps per epoch when mini_batch_size is None")
+    micro_batch_size: int = bounded(2, min=1, help="sequences per forward/backward (gradient accumulation)")
 
     # -- LoRA: train low-rank adapters instead of the weights (RAGEN's lora.*; rank 0: off) ------
-    lora: LoRAConfig = group(LoRAConfig)  # lora_rank, lora_alpha, lora_target_modules
+    lora: LoRAConfig = group(LoRAConfig, help="lora_rank, lora_alpha, lora_target_modules")
 
     # -- devices: data parallel and precision -------------------------------------------------
-    # under torchrun: "ddp" keeps a full copy of the model on every rank; "fsdp" shards weights, gradients
-    # and optimizer state over the ranks (PyTorch's FSDP2, fully_shard), for models larger than one device
-    data_parallel: Literal["ddp", "fsdp"] = "ddp"
-    # "bf16": fp32 master weights with bf16 autocast; "no": fp32 throughout; "auto": bf16 on GPUs and on
-    # CPUs with native bf16 (avx512_bf16 / amx) for models of width >= 512 (trainers/model.py), else fp32
-    # (benchmarks/speed/precision.py: without native bf16 a forward+backward ran 27x slower under bf16 autocast)
-    mixed_precision: Literal[PRECISIONS] = "auto"
-    # recompute each decoder layer's activations in the update's backward pass instead of keeping them (Hugging
-    # Face's gradient checkpointing, no KV cache): only the layers' inputs stay, for about one more forward
-    # pass of compute; the loss and gradients stay the same
-    gradient_checkpointing: bool = setting(False, MEASURES)
-    # with data_parallel="fsdp": the weight, gradient and optimizer-state shards live in CPU memory and each
-    # layer comes to the GPU for its pass (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU, slowly
-    fsdp_cpu_offload: bool = setting(False, MEASURES)
+    data_parallel: Literal["ddp", "fsdp"] = setting("ddp", help="under torchrun: \"ddp\" keeps a full copy of the "
+                                                    "model on every rank; \"fsdp\" shards weights, gradients and "
+                                                    "optimizer state over the ranks (PyTorch's FSDP2, fully_shard), "
+                                                    "for models larger than one device")
+    mixed_precision: Literal[PRECISIONS] = setting(
+        "auto", help="\"bf16\": fp32 master weights with bf16 autocast; \"no\": fp32 throughout; \"auto\": bf16 on "
+        "GPUs and on CPUs with native bf16 (avx512_bf16 / amx) for models of width >= 512 (trainers/model.py), else "
+        "fp32 (benchmarks/speed/precision.py: without native bf16 a forward+backward ran 27x slower under bf16 "
+        "autocast)")
+    gradient_checkpointing: bool = setting(False, MEASURES, help="recompute each decoder layer's activations in the "
+                                           "update's backward pass instead of keeping them (Hugging Face's gradient "
+                                           "checkpointing, no KV cache): only the layers' inputs stay, for about one "
+                                           "more forward pass of compute; the loss and gradients stay the same")
+    fsdp_cpu_offload: bool = setting(False, MEASURES, help="with data_parallel=\"fsdp\": the weight, gradient and "
+                                     "optimizer-state shards live in CPU memory and each layer comes to the GPU for "
+                                     "its pass (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU, slowly")
 
     # -- algorithm: advantage, clipping, KL, entropy ------------------------------------------
-    # advantages: gae (a critic) | group (group-relative); None: the algorithm's (the table in trainers/config.py)
-    advantage: Literal[ADVANTAGES] | None = None
-    # with gae: the critic is a separate copy of the model with a value head (RAGEN/verl), or a value
-    # head on the policy's own trunk
-    critic: Literal[CRITICS] = "separate"
-    critic_backprop: bool = False  # shared critic only: let the value loss train the policy's trunk too
-    epsilon: float = bounded(0.2, above=0)  # lower clip of the ratio
-    epsilon_high: float | None = bounded(0.28, above=0)  # upper clip (RAGEN's clip_ratio_high); None: epsilon
-    # cap of the loss at -c A where A < 0 (verl's clip_ratio_c); None: off
-    dual_clip: float | None = bounded(3.0, above=1)
-    # KL(pi || ref) coefficient (RAGEN's kl_loss_coef with use_kl_loss; its runs: off)
-    beta: float = bounded(0.0, min=0)
-    # the per-token KL estimate: low_var_kl, k3 = exp(ref - logp) - (ref - logp) - 1 (RAGEN's main table and
-    # gradient probe) | kl, k1 = logp - ref (verl's "kl", base.yaml's, which RAGEN's top-p and KL sweeps keep)
-    # | abs | mse, k2 (verl's other two)
-    kl_loss_type: Literal[KL_TYPES] = setting("low_var_kl", learns_if=lambda run: run["beta"] != 0)
-    # the KL penalty in the reward instead, or as well (use_kl_in_reward, kl_penalty, kl_ctrl_*: KLRewardConfig)
-    kl_reward: KLRewardConfig = group(KLRewardConfig)
-    entropy_coef: float = bounded(0.001, min=0)  # entropy bonus coefficient (RAGEN's entropy_coeff)
-    # grpo | dapo | bnpo | dr_grpo | seq_sum; None: the algorithm's (the table in trainers/config.py)
-    loss_type: Literal[LOSS_TYPES] | None = None
-    scale_rewards: Literal[SCALES] | None = None  # group | batch | none; None: the algorithm's
-    gamma: float = bounded(1.0, min=0, max=1)  # PPO discount (RAGEN uses 1)
-    lam: float = bounded(1.0, min=0, max=1)  # PPO GAE lambda (RAGEN uses 1)
-    vf_coef: float = bounded(0.5, min=0)  # value loss weight (gae)
-    cliprange_value: float = bounded(0.5, min=0)  # value clipping (verl's critic default)
+    advantage: Literal[ADVANTAGES] | None = setting(None, help="advantages: gae (a critic) | group (group-relative); "
+                                                    "None: the algorithm's (the table in trainers/config.py)")
+    critic: Literal[CRITICS] = setting("separate", help="with gae: the critic is a separate copy of the model with a "
+                                       "value head (RAGEN/verl), or a value head on the policy's own trunk")
+    critic_backprop: bool = setting(False, help="shared critic only: let the value loss train the policy's trunk too")
+    epsilon: float = bounded(0.2, above=0, help="lower clip of the ratio")
+    epsilon_high: float | None = bounded(0.28, above=0, help="upper clip (RAGEN's clip_ratio_high); None: epsilon")
+    dual_clip: float | None = bounded(3.0, above=1, help="cap of the loss at -c A where A < 0 (verl's clip_ratio_c); "
+                                      "None: off")
+    beta: float = bounded(0.0, min=0, help="KL(pi || ref) coefficient (RAGEN's kl_loss_coef with use_kl_loss; its "
+                          "runs: off)")
+    kl_loss_type: Literal[KL_TYPES] = setting(
+        "low_var_kl", learns_if=lambda run: run["beta"] != 0,
+        help="the per-token KL estimate: low_var_kl, k3 = exp(ref - logp) - (ref - logp) - 1 (RAGEN's main table and "
+        "gradient probe) | kl, k1 = logp - ref (verl's \"kl\", base.yaml's, which RAGEN's top-p and KL sweeps keep) "
+        "| abs | mse, k2 (verl's other two)")
+    kl_reward: KLRewardConfig = group(KLRewardConfig, help="the KL penalty in the reward instead, or as well "
+                                      "(use_kl_in_reward, kl_penalty, kl_ctrl_*: KLRewardConfig)")
+    entropy_coef: float = bounded(0.001, min=0, help="entropy bonus coefficient (RAGEN's entropy_coeff)")
+    loss_type: Literal[LOSS_TYPES] | None = setting(None, help="grpo | dapo | bnpo | dr_grpo | seq_sum; None: the "
+                                                    "algorithm's (the table in trainers/config.py)")
+    scale_rewards: Literal[SCALES] | None = setting(None, help="group | batch | none; None: the algorithm's")
+    gamma: float = bounded(1.0, min=0, max=1, help="PPO discount (RAGEN uses 1)")
+    lam: float = bounded(1.0, min=0, max=1, help="PPO GAE lambda (RAGEN uses 1)")
+    vf_coef: float = bounded(0.5, min=0, help="value loss weight (gae)")
+    cliprange_value: float = bounded(0.5, min=0, help="value clipping (verl's critic default)")
 
     # -- filter: SNR-aware filtering (RAGEN's released selection rules, ragen_envs/diagnose/filtering.py) --
-    # which groups the filter keeps: filter (its strategy), filter_value, ..., include_zero (FilterConfig)
-    filtering: FilterConfig = group(FilterConfig)
+    filtering: FilterConfig = group(FilterConfig, help="which groups the filter keeps: filter (its strategy), "
+                                    "filter_value, ..., include_zero (FilterConfig)")
     # Not in FilterConfig, which says only what the filter keeps (what filter_preview and the integrations
     # take): this setting stops the run, and filter_loss_scaling (below) scales the update by the kept share.
     filter_empty_stop: int = bounded(5, min=0, help="stop the run after this many iterations in a row in which "
                                      "the filter keeps nothing (0: never)")
 
     # -- RAGEN's reward and advantage options (config/base.yaml; each off, as there) -----------------
-    # rewards normalised before the filter and the advantages see them, within each prompt group
-    # ("state"), the whole batch ("batch") or each env ("inductive") (RAGEN's reward_normalization.grouping)
-    reward_normalization_grouping: Literal[NORM_GROUPINGS] = "state"
-    # identity (off) | mean: R - mean | mean_std: (R - mean) / std, 0 where the std is 0 | asym_clip:
-    # mean_std clipped to [-1, 3] (RAGEN's reward_normalization.method)
-    reward_normalization_method: Literal[NORM_METHODS] = "identity"
-    # each turn's reward on its own last token, not the episode's sum on the last one: PPO's GAE sees
-    # when a reward came (RAGEN's agent_proxy.use_turn_scores)
-    use_turn_scores: bool = False
-    # PPO: GAE at two levels, over turns (discount high_level_gamma) and within each turn (gamma), the
-    # turn's last token taking the turn-level return (RAGEN's bi_level_gae, trainers/algorithms.py)
-    bi_level_gae: bool = False
-    high_level_gamma: float = bounded(0.95, min=0, max=1)  # the turn-level discount of bi_level_gae
-    # group advantages x the group's reward std / the largest kept group's: low-variance prompts
-    # weigh less instead of being dropped (RAGEN's soft_advantage_reweight)
-    soft_advantage_reweight: bool = False
-    # advantages x the share of groups the filter kept (linear) or its square root (sqrt): the update's
-    # size follows how much was kept (RAGEN's filter_loss_scaling)
-    filter_loss_scaling: Literal[LOSS_SCALINGS] = "none"
-    # group advantages / (the sample's generated tokens / their mean over the kept samples) (RAGEN's
-    # grpo_advantage_length_weight)
-    grpo_advantage_length_weight: bool = False
-    # every advantage 0: only the entropy and KL terms train the policy, RAGEN's task-free ablation
-    # (the critic still learns the returns)
-    zero_task_advantage: bool = False
-    # write each iteration's per-group reward std and whether the filter kept it to group_rv.csv in the
-    # run folder (RAGEN's trainer.log_group_rv_table, a W&B table there)
-    log_group_rv_table: bool = False
+    reward_normalization_grouping: Literal[NORM_GROUPINGS] = setting(
+        "state", help="rewards normalised before the filter and the advantages see them, within each prompt group "
+        "(\"state\"), the whole batch (\"batch\") or each env (\"inductive\") (RAGEN's reward_normalization.grouping)")
+    reward_normalization_method: Literal[NORM_METHODS] = setting(
+        "identity", help="identity (off) | mean: R - mean | mean_std: (R - mean) / std, 0 where the std is 0 | "
+        "asym_clip: mean_std clipped to [-1, 3] (RAGEN's reward_normalization.method)")
+    use_turn_scores: bool = setting(False, help="each turn's reward on its own last token, not the episode's sum on "
+                                    "the last one: PPO's GAE sees when a reward came (RAGEN's "
+                                    "agent_proxy.use_turn_scores)")
+    bi_level_gae: bool = setting(False, help="PPO: GAE at two levels, over turns (discount high_level_gamma) and "
+                                 "within each turn (gamma), the turn's last token taking the turn-level return "
+                                 "(RAGEN's bi_level_gae, trainers/algorithms.py)")
+    high_level_gamma: float = bounded(0.95, min=0, max=1, help="the turn-level discount of bi_level_gae")
+    soft_advantage_reweight: bool = setting(False, help="group advantages x the group's reward std / the largest "
+                                            "kept group's: low-variance prompts weigh less instead of being dropped "
+                                            "(RAGEN's soft_advantage_reweight)")
+    filter_loss_scaling: Literal[LOSS_SCALINGS] = setting(
+        "none", help="advantages x the share of groups the filter kept (linear) or its square root (sqrt): the "
+        "update's size follows how much was kept (RAGEN's filter_loss_scaling)")
+    grpo_advantage_length_weight: bool = setting(False, help="group advantages / (the sample's generated tokens / "
+                                                 "their mean over the kept samples) (RAGEN's "
+                                                 "grpo_advantage_length_weight)")
+    zero_task_advantage: bool = setting(False, help="every advantage 0: only the entropy and KL terms train the "
+                                        "policy, RAGEN's task-free ablation (the critic still learns the returns)")
+    log_group_rv_table: bool = setting(False, help="write each iteration's per-group reward std and whether the "
+                                       "filter kept it to group_rv.csv in the run folder (RAGEN's "
+                                       "trainer.log_group_rv_table, a W&B table there)")
 
     # -- MI: the collapse diagnostics ---------------------------------------------------------
-    # MI proxies at the first iteration and every this many (RAGEN's compute_freq; 0: never)
-    mi_every: int = bounded(5, min=0)
-    # first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's num_samples; 0: all)
-    mi_first_turn_pairs: int = bounded(64, min=0)
-    # trajectory-scope draws with replacement (RAGEN's num_samples; 0: off)
-    mi_trajectory_pairs: int = bounded(64, min=0)
+    mi_every: int = bounded(5, min=0, help="MI proxies at the first iteration and every this many (RAGEN's "
+                            "compute_freq; 0: never)")
+    mi_first_turn_pairs: int = bounded(64, min=0, help="first-turn (X, Z) pairs drawn for the MI proxies (RAGEN's "
+                                       "num_samples; 0: all)")
+    mi_trajectory_pairs: int = bounded(64, min=0, help="trajectory-scope draws with replacement (RAGEN's "
+                                       "num_samples; 0: off)")
     # -- gradient probe: each loss term's gradient norm by reward-variance bucket (trainers/gradient_probe.py) --
-    probe: GradientProbeConfig = group(GradientProbeConfig)  # gradient_analysis_*
+    probe: GradientProbeConfig = group(GradientProbeConfig, help="gradient_analysis_*")
     # -- validation: held-out episodes, never trained on (RAGEN's trainer.test_freq, val_before_train) --
-    evaluation: EvalConfig = group(EvalConfig)  # eval_steps, eval_episodes, eval_seed, eval_temperature
+    evaluation: EvalConfig = group(EvalConfig, help="eval_steps, eval_episodes, eval_seed, eval_temperature")
     # -- output: logging, plot, checkpoints, resume --------------------------------------------
-    logging_steps: int = bounded(1, min=0, role=PLACE)  # print the metrics table every this many iterations
-    # where metrics go beside metrics.jsonl/csv. "auto": TensorBoard (the run folder's tensorboard/) when
-    # installed; "tensorboard": it is wanted, a missing package is an error before anything loads; "wandb":
-    # Weights & Biases (trainers/tracking.py: metrics, config, an episode table), TensorBoard as under auto
-    report_to: Literal["auto", "tensorboard", "wandb"] = setting("auto", PLACE)
-    # draw the run's curves to metrics.png when train() ends (a few seconds of matplotlib)
-    plot: bool = setting(True, PLACE)
-    saving: SaveConfig = group(SaveConfig)  # save_strategy, save_steps, save_total_limit, save_rollouts_steps
-    # a checkpoint folder (its parent becomes output_dir when that is None), or "latest" in output_dir
-    resume_from_checkpoint: str | None = setting(None, PLACE, flag="resume")
-    # on resume, run with settings that differ from the run's config.json (kept there in its "history",
-    # with the iterations each ran) instead of refusing them
-    allow_config_changes: bool = setting(False, PLACE, flag="allow_changes")
+    logging_steps: int = bounded(1, min=0, role=PLACE, help="print the metrics table every this many iterations")
+    report_to: Literal["auto", "tensorboard", "wandb"] = setting(
+        "auto", PLACE, help="where metrics go beside metrics.jsonl/csv. \"auto\": TensorBoard (the run folder's "
+        "tensorboard/) when installed; \"tensorboard\": it is wanted, a missing package is an error before anything "
+        "loads; \"wandb\": Weights & Biases (trainers/tracking.py: metrics, config, an episode table), TensorBoard "
+        "as under auto")
+    plot: bool = setting(True, PLACE, help="draw the run's curves to metrics.png when train() ends (a few seconds of "
+                         "matplotlib)")
+    saving: SaveConfig = group(SaveConfig, help="save_strategy, save_steps, save_total_limit, save_rollouts_steps")
+    resume_from_checkpoint: str | None = setting(None, PLACE, flag="resume", help="a checkpoint folder (its parent "
+                                                 "becomes output_dir when that is None), or \"latest\" in output_dir")
+    allow_config_changes: bool = setting(False, PLACE, flag="allow_changes", help="on resume, run with settings that "
+                                         "differ from the run's config.json (kept there in its \"history\", with the "
+                                         "iterations each ran) instead of refusing them")
 
     def __post_init__(self):
         check_choices(self)  # every Literal-typed field against its choices
@@ -517,28 +523,29 @@ CPU_QUICK_TOKENS = 64
 
 @dataclass
 class SFTConfig:
-    episodes: int = bounded(60, min=1)  # oracle episodes per env
-    # share of turns that play a random valid action instead of the oracle's
-    imperfect: float = bounded(0.3, min=0, max=1)
-    # share of the oracle's turns that play its next moves up to the reply's allowance (the chat's
-    # max_actions_per_turn) instead of one; 0: one move a reply, so a start that has to learn when two pay
-    multi_move: float = bounded(0.0, min=0, max=1)
-    epochs: int = bounded(1, min=1)  # passes over the demonstrations
-    batch_size: int = bounded(2, min=1)  # episodes per optimizer step (each episode is one sequence of all its turns)
-    learning_rate: float = bounded(2e-4, above=0)  # AdamW learning rate
-    # "cosine": a linear warmup over the first 5% of steps, then a cosine decay to 0 (training from scratch
-    # needs it); "constant": the rate throughout
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    # bottom decoder layers kept frozen, with the embeddings (0: train them all)
-    freeze_layers: int = bounded(20, min=0)
-    seed: int = 0  # env seeds start here; shuffling and the imperfect turns derive from it
-    output_dir: str = "runs/warm-start"  # the warm-started model (and tokenizer) is saved here
-    # replace a warm start made with other settings in output_dir (the same settings are reused as they are)
-    overwrite_output_dir: bool = field(default=False, metadata={"flag": "overwrite"})
-    # the reply budget each prompt states: the RL run's --max-new-tokens, so prompts match exactly
-    max_new_tokens: int = CPU_QUICK_TOKENS
-    # turns and format, as in the RL runs (prompts state the turns left); defaults: the cpu-quick preset's
-    chat: ChatEnvConfig = field(default_factory=lambda: ChatEnvConfig(**CPU_QUICK_CHAT))
+    episodes: int = bounded(60, min=1, help="oracle episodes per env")
+    imperfect: float = bounded(0.3, min=0, max=1, help="share of turns that play a random valid action instead of "
+                               "the oracle's")
+    multi_move: float = bounded(0.0, min=0, max=1, help="share of the oracle's turns that play its next moves up to "
+                                "the reply's allowance (the chat's max_actions_per_turn) instead of one; 0: one move a "
+                                "reply, so a start that has to learn when two pay")
+    epochs: int = bounded(1, min=1, help="passes over the demonstrations")
+    batch_size: int = bounded(2, min=1, help="episodes per optimizer step (each episode is one sequence of all its "
+                              "turns)")
+    learning_rate: float = bounded(2e-4, above=0, help="AdamW learning rate")
+    lr_schedule: Literal["constant", "cosine"] = declared(
+        "constant", help="\"cosine\": a linear warmup over the first 5% of steps, then a cosine decay to 0 (training "
+        "from scratch needs it); \"constant\": the rate throughout")
+    freeze_layers: int = bounded(20, min=0, help="bottom decoder layers kept frozen, with the embeddings (0: train "
+                                 "them all)")
+    seed: int = declared(0, help="env seeds start here; shuffling and the imperfect turns derive from it")
+    output_dir: str = declared("runs/warm-start", help="the warm-started model (and tokenizer) is saved here")
+    overwrite_output_dir: bool = declared(False, flag="overwrite", help="replace a warm start made with other "
+                                          "settings in output_dir (the same settings are reused as they are)")
+    max_new_tokens: int = declared(CPU_QUICK_TOKENS, help="the reply budget each prompt states: the RL run's "
+                                   "--max-new-tokens, so prompts match exactly")
+    chat: ChatEnvConfig = declared(factory=lambda: ChatEnvConfig(**CPU_QUICK_CHAT), help="turns and format, as in "
+                                   "the RL runs (prompts state the turns left); defaults: the cpu-quick preset's")
 
     def __post_init__(self):
         check_bounds(self)
@@ -549,12 +556,13 @@ class SFTConfig:
 # (8 x 16, 5 turns, MI scored) takes about 10 s on 2 CPU cores
 @dataclass
 class OrganismArchitecture:
-    layers: int = 2  # decoder layers
-    width: int = 128  # hidden size (the MLP is 3x wider)
-    heads: int = 2  # attention heads (half as many key/value heads)
-    vocab_size: int = 4000  # at most this BPE vocabulary, learnt on the envs' text, special tokens included
-    corpus_episodes: int = 100  # oracle episodes per env whose text the tokenizer learns
-    max_context: int = 4096  # positions the model takes
+    layers: int = declared(2, help="decoder layers")
+    width: int = declared(128, help="hidden size (the MLP is 3x wider)")
+    heads: int = declared(2, help="attention heads (half as many key/value heads)")
+    vocab_size: int = declared(4000, help="at most this BPE vocabulary, learnt on the envs' text, special tokens "
+                               "included")
+    corpus_episodes: int = declared(100, help="oracle episodes per env whose text the tokenizer learns")
+    max_context: int = declared(4096, help="positions the model takes")
 
     def __post_init__(self):
         for name in ("layers", "width", "heads", "vocab_size", "corpus_episodes", "max_context"):

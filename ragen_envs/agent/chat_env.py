@@ -28,7 +28,7 @@ import numpy as np
 import ragen_envs  # noqa: F401  (registers the envs)
 from ragen_envs.agent import prompts, vision
 from ragen_envs.agent.parsing import ANSWER_OPEN, THINK_OPEN, parse_response
-from ragen_envs.base import check_choices, check_positive_int, observation_text
+from ragen_envs.base import check_choices, check_positive_int, declared, observation_text
 from ragen_envs.registry import ENVIRONMENTS
 
 
@@ -108,22 +108,22 @@ class TurnRecord:
 
 @dataclass
 class ChatEnvConfig:
-    max_actions_per_turn: int = 2  # actions one reply may hold (the paper's runs use 2)
-    enable_think: bool = True  # ask for <think>...</think> before <answer>
-    format_penalty: float = -0.1  # added when a reply holds no valid action
-    max_turns: int = 5  # model replies per episode at most
-    # the generation prompt ends with <think> (<answer> with enable_think off), so each reply starts
-    # inside it (RAGEN's ctx_manager does; it also helps small models keep the format)
-    prefill_think: bool = True
-    # the format penalty also when some of a reply's actions are invalid (RAGEN's es_manager), not only
-    # when none is valid
-    penalize_invalid_actions: bool = True
-    # the reply budget each turn's prompt states: "env", the env's own (its catalogue entry's max_tokens,
-    # as RAGEN's prompts state it), else the rollout's max_new_tokens; "rollout", always the latter
-    length_line: Literal["env", "rollout"] = "env"
-    # images kept in the history (the latest; older ones become a line of text): each costs the context
-    # its placeholder tokens take. None: all of them
-    max_images: int | None = None
+    max_actions_per_turn: int = declared(2, help="actions one reply may hold (the paper's runs use 2)")
+    enable_think: bool = declared(True, help="ask for <think>...</think> before <answer>")
+    format_penalty: float = declared(-0.1, help="added when a reply holds no valid action")
+    max_turns: int = declared(5, help="model replies per episode at most")
+    prefill_think: bool = declared(True, help="the generation prompt ends with <think> (<answer> with enable_think "
+                                   "off), so each reply starts inside it (RAGEN's ctx_manager does; it also helps "
+                                   "small models keep the format)")
+    penalize_invalid_actions: bool = declared(True, help="the format penalty also when some of a reply's actions "
+                                              "are invalid (RAGEN's es_manager), not only when none is valid")
+    length_line: Literal["env", "rollout"] = declared("env", help="the reply budget each turn's prompt states: "
+                                                      "\"env\", the env's own (its catalogue entry's max_tokens, as "
+                                                      "RAGEN's prompts state it), else the rollout's max_new_tokens; "
+                                                      "\"rollout\", always the latter")
+    max_images: int | None = declared(None, help="images kept in the history (the latest; older ones become a line "
+                                      "of text): each costs the context its placeholder tokens take. None: all of "
+                                      "them")
 
     def __post_init__(self):
         check_choices(self)

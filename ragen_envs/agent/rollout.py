@@ -39,7 +39,7 @@ from ragen_envs.agent import chat_encoding, prompts, vision
 from ragen_envs.agent.backends.base import Policy, Prompt, SamplingConfig, TokenPrompt
 from ragen_envs.agent.chat_env import ChatEnv, ChatEnvConfig
 from ragen_envs.agent.trajectory import Trajectory, Turn, think_span
-from ragen_envs.base import check_choices, check_positive_int
+from ragen_envs.base import check_choices, check_positive_int, declared
 
 
 WINDOW_MODES = ("full", "limited_multi_turn", "single_turn")
@@ -47,24 +47,25 @@ WINDOW_MODES = ("full", "limited_multi_turn", "single_turn")
 
 @dataclass
 class RolloutConfig:
-    n_groups: int = field(default=8, metadata={"flag": "groups"})  # P: prompt groups (per env without a count)
-    group_size: int = 4  # G: samples per group, all from the same initial state
-    chat: ChatEnvConfig = field(default_factory=ChatEnvConfig)  # turns, actions per turn, format, penalty
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # temperature, top-p, tokens per turn
-    max_prompt_tokens: int | None = None  # default: the model's context minus max_new_tokens
-    # what a prompt shows of the episode (RAGEN's context_window_mode): "full", the whole chat;
-    # "limited_multi_turn", the chat of the last max_context_window turns; "single_turn", one user message
-    # with the last max_context_window - 1 turns as text before the current one. Where old turns leave the
-    # prompt, each turn trains as a sequence of its own (Trajectory.segments), as RAGEN's per-turn samples
-    context_window_mode: Literal[WINDOW_MODES] = "full"
-    # turns a windowed prompt shows, the current one included (RAGEN's max_context_window): -1 all, 1 none before
-    max_context_window: int = -1
-    env_workers: int = 1  # threads stepping envs (1: in the calling thread)
-    # each episode advances on its own (AsyncRolloutRunner): generation overlaps slow env steps
-    asynchronous: bool = False
-    seed: int = 0  # first env seed (later batches continue from it); sampling and shuffling derive from it
-    # JSON keyword arguments for gym.make: {"slip": 0.2} for a single env, {"ENV_ID": {...}, ...} for a mix
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    n_groups: int = declared(8, flag="groups", help="P: prompt groups (per env without a count)")
+    group_size: int = declared(4, help="G: samples per group, all from the same initial state")
+    chat: ChatEnvConfig = declared(factory=ChatEnvConfig, help="turns, actions per turn, format, penalty")
+    sampling: SamplingConfig = declared(factory=SamplingConfig, help="temperature, top-p, tokens per turn")
+    max_prompt_tokens: int | None = declared(None, help="default: the model's context minus max_new_tokens")
+    context_window_mode: Literal[WINDOW_MODES] = declared(
+        "full", help="what a prompt shows of the episode (RAGEN's context_window_mode): \"full\", the whole chat; "
+        "\"limited_multi_turn\", the chat of the last max_context_window turns; \"single_turn\", one user message "
+        "with the last max_context_window - 1 turns as text before the current one. Where old turns leave the "
+        "prompt, each turn trains as a sequence of its own (Trajectory.segments), as RAGEN's per-turn samples")
+    max_context_window: int = declared(-1, help="turns a windowed prompt shows, the current one included (RAGEN's "
+                                       "max_context_window): -1 all, 1 none before")
+    env_workers: int = declared(1, help="threads stepping envs (1: in the calling thread)")
+    asynchronous: bool = declared(False, help="each episode advances on its own (AsyncRolloutRunner): generation "
+                                  "overlaps slow env steps")
+    seed: int = declared(0, help="first env seed (later batches continue from it); sampling and shuffling derive "
+                         "from it")
+    env_kwargs: dict[str, Any] = declared(factory=dict, help="JSON keyword arguments for gym.make: {\"slip\": 0.2} "
+                                          "for a single env, {\"ENV_ID\": {...}, ...} for a mix")
 
     def __post_init__(self):
         for name in ("n_groups", "group_size", "env_workers"):

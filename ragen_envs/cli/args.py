@@ -1,13 +1,14 @@
 """Command-line flags derived from config dataclasses, so a flag and its default cannot drift.
 
 Each field of a config dataclass becomes ``--field-name`` (or ``metadata["flag"]``, else ``metadata["flat"]``),
-with the field's default and, as help, ``metadata["help"]``, else the comment written beside the field (or
-the comment lines above it). A field that is itself a dataclass adds its own fields, flat; a nested field's
-``metadata["flat"]`` is the name it also goes by at the top level of a saved config (one written before its
-group was nested: ``TrainerConfig``'s ``filter_value`` is ``filtering.value``). ``Literal`` types give
-choices, ``bool`` gives ``--x/--no-x``, ``dict`` takes JSON, ``list[str]`` takes several values, ``X | None``
-also takes ``none``. ``build`` turns the parsed namespace back into the nested config; ``flatten`` turns a
-saved config (a nested dict) into parser defaults, for ``--config FILE``.
+with the field's default and, as help, ``metadata["help"]``: data on the field, as TRL declares it, so no
+comment is read for it (a ``# -- title --`` line in the class body starts a help group). A field that is
+itself a dataclass adds its own fields, flat; a nested field's ``metadata["flat"]`` is the name it also goes
+by at the top level of a saved config (one written before its group was nested: ``TrainerConfig``'s
+``filter_value`` is ``filtering.value``). ``Literal`` types give choices, ``bool`` gives ``--x/--no-x``,
+``dict`` takes JSON, ``list[str]`` takes several values, ``X | None`` also takes ``none``. ``build`` turns the
+parsed namespace back into the nested config; ``flatten`` turns a saved config (a nested dict) into parser
+defaults, for ``--config FILE``.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ import argparse
 import dataclasses
 import difflib
 import inspect
-import io
 import json
 import re
-import tokenize
 import types
 import typing
 from functools import lru_cache
@@ -45,39 +44,9 @@ def _default(f: dataclasses.Field) -> Any:
     raise TypeError(f"config field {f.name} needs a default")
 
 
-@lru_cache(maxsize=None)
-def field_comments(cls: type) -> dict[str, str]:
-    """Field name -> the comment beside it, or the comment lines just above it."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return {}
-    lines = source.splitlines()
-    comments: dict[int, str] = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip("#").strip()
-    out = {}
-    for number, line in enumerate(lines, start=1):
-        stripped, name = line.strip(), _field_name(line)
-        if name is None:
-            continue
-        if number in comments and not stripped.startswith("#"):
-            out[name] = comments[number]
-            continue
-        above, k = [], number - 1
-        while k in comments and lines[k - 1].strip().startswith("#") and not comments[k].startswith("--"):
-            above.insert(0, comments[k])  # up to a section header ("# -- ... --")
-            k -= 1
-        if above:
-            out[name] = " ".join(above)
-    return out
-
-
 def field_help(cls: type) -> dict[str, str]:
-    """Field name -> its help: ``metadata["help"]`` where the field declares it, else its comment."""
-    declared = {f.name: f.metadata["help"] for f in dataclasses.fields(cls) if "help" in f.metadata}
-    return {**field_comments(cls), **declared}
+    """Field name -> its help, ``metadata["help"]``: declared on the field (a comment beside it is not read)."""
+    return {f.name: f.metadata["help"] for f in dataclasses.fields(cls) if "help" in f.metadata}
 
 
 @lru_cache(maxsize=None)
@@ -158,7 +127,7 @@ def add_config(parser: argparse.ArgumentParser, cls: type, title: str, include: 
     limits the top-level fields. A nested config's defaults are its parent's (``SFTConfig.chat`` may
     differ from ``ChatEnvConfig()``)."""
     hints = typing.get_type_hints(cls)
-    comments, sections = field_help(cls), field_sections(cls)
+    helps, sections = field_help(cls), field_sections(cls)
     taken = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
         if include is not None and f.name not in include:
@@ -167,7 +136,7 @@ def add_config(parser: argparse.ArgumentParser, cls: type, title: str, include: 
         default = getattr(defaults, f.name) if defaults is not None else _default(f)
         section = sections.get(f.name, title)
         if dataclasses.is_dataclass(tp):
-            about = comments.get(f.name)
+            about = helps.get(f.name)
             nested = section if section != title else f"{f.name} ({about})" if about else f.name
             add_config(parser, tp, nested, defaults=default)
             continue
@@ -175,7 +144,7 @@ def add_config(parser: argparse.ArgumentParser, cls: type, title: str, include: 
         if dest in taken:
             raise ValueError(f"flag --{dest.replace('_', '-')} of {cls.__name__}.{f.name} is already taken")
         flag = "--" + dest.replace("_", "-")
-        help_text = comments.get(f.name, "").replace("%", "%%")  # argparse formats help with %
+        help_text = helps.get(f.name, "").replace("%", "%%")  # argparse formats help with %
         if "default" not in help_text:
             help_text = f"{help_text} (default: {default!r})".lstrip()
         inner, optional = _parts(tp)

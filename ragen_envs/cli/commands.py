@@ -1,5 +1,5 @@
 """The ``ragen`` command. Its flags are derived from the config dataclasses (``cli_args``), so each
-flag has the dataclass's default and the comment beside the field as help.
+flag has the dataclass's default and the help declared on the field (``metadata["help"]``).
 
     ragen list
     ragen eval --env Ragen/Sokoban-v0 --groups 8 --group-size 4

@@ -147,7 +147,7 @@ def test_every_config_field_is_a_flag_with_its_default_and_help(command, classes
             action = actions.get(cli_args._dest(f))
             assert action is not None, f"{owner.__name__}.{f.name} has no flag"
             assert action.default == cli_args._default(f), f.name
-            assert cli_args.field_help(owner).get(f.name), f"{owner.__name__}.{f.name} has no help comment"
+            assert cli_args.field_help(owner).get(f.name), f"{owner.__name__}.{f.name} has no help"
     # Parsing no flags gives the dataclass defaults, nested configs included.
     args = parse([command, "--env", DEFAULT])
     if command == "train":
@@ -405,6 +405,48 @@ def test_every_option_of_every_command_has_help():
     for name, command in [("ragen", parser), *commands.items()]:
         for action in command._actions:
             assert action.help and action.help.strip(), f"{name} {action.option_strings or action.dest} has no help"
+
+
+def test_every_field_of_every_config_the_cli_exposes_declares_its_help(monkeypatch):
+    """Help is data on the field (``metadata["help"]``, TRL's way), never a comment: a new field without it
+    fails here, whichever command's config holds it, and so does an empty one."""
+    import dataclasses
+    import typing
+
+    from ragen_envs.cli import args as cli_args
+    from ragen_envs.cli import build_parser
+
+    exposed, real = [], cli_args.add_config
+
+    def record(parser, cls, *args, **kwargs):  # the configs the commands' flags come from
+        exposed.append(cls)
+        real(parser, cls, *args, **kwargs)
+
+    monkeypatch.setattr(cli_args, "add_config", record)
+    build_parser()
+    names = {c.__name__ for c in exposed}
+    assert {"TrainerConfig", "SFTConfig", "PolicyConfig", "RolloutConfig", "ServerConfig"} <= names
+    seen, missing = set(), []
+    while exposed:
+        cls = exposed.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):  # every field, those a command leaves out (include=) too
+            text = f.metadata.get("help")
+            if not isinstance(text, str) or not text.strip():
+                missing.append(f"{cls.__name__}.{f.name}")
+            if dataclasses.is_dataclass(hints[f.name]):
+                exposed.append(hints[f.name])
+    assert not missing, f"declare metadata['help'] on: {', '.join(missing)}"
+    assert {"ChatEnvConfig", "SamplingConfig", "VLLMConfig", "FilterConfig"} <= {c.__name__ for c in seen}
+
+    @dataclasses.dataclass
+    class Commented:
+        size: int = 3  # a comment is not help
+
+    assert cli_args.field_help(Commented) == {}
 
 
 def test_list_says_which_envs_lack_their_extra(capsys, monkeypatch):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Literal
 
-from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int
+from ragen_envs.base import bounded, check_bounds, check_choices, check_positive_int, declared
 
 from ragen_envs.agent.backends.base import FORWARD_BATCH, KEPT_CACHE_MB, Generation, Policy, SamplingConfig
 
@@ -17,18 +17,21 @@ BACKENDS = ("transformers", "vllm", "openai")
 class VLLMConfig:
     """vLLM's engine settings (``--backend vllm``); under torchrun every rank builds its own engine with them."""
 
-    # share of the GPU's memory the engine takes for its weights and KV cache: vLLM's own default (0.9) leaves
-    # the trainer in the same process too little; 0.3 is TRL's colocated engine's (RAGEN's base.yaml gives verl 0.5)
-    gpu_memory_utilization: float = bounded(0.3, above=0, max=1, flag="vllm_gpu_memory_utilization")
-    # GPUs one engine spans; above 1 in a single process only (under torchrun each rank rolls out its own prompts)
-    tensor_parallel_size: int = bounded(1, min=1, flag="vllm_tensor_parallel_size")
-    # the context (prompt + reply tokens) the engine reserves KV cache for; longer prompts are refused by it
-    max_model_len: int = bounded(4096, min=1, flag="vllm_max_model_len")
-    # while the trainer updates (CUDA only, vLLM's sleep mode): 1 moves the engine's weights to CPU memory and
-    # frees its KV cache, 2 frees both (the new weights are loaded right after), 0 keeps it awake
-    sleep_level: int = bounded(1, min=0, max=2, flag="vllm_sleep_level")
-    # more of vllm.LLM's engine arguments, as JSON: '{"enforce_eager": true, "max_num_seqs": 128}'
-    engine_args: dict = field(default_factory=dict, metadata={"flag": "vllm_engine_args"})
+    gpu_memory_utilization: float = bounded(0.3, above=0, max=1, flag="vllm_gpu_memory_utilization",
+                                            help="share of the GPU's memory the engine takes for its weights and KV "
+                                            "cache: vLLM's own default (0.9) leaves the trainer in the same process "
+                                            "too little; 0.3 is TRL's colocated engine's (RAGEN's base.yaml gives "
+                                            "verl 0.5)")
+    tensor_parallel_size: int = bounded(1, min=1, flag="vllm_tensor_parallel_size", help="GPUs one engine spans; "
+                                        "above 1 in a single process only (under torchrun each rank rolls out its "
+                                        "own prompts)")
+    max_model_len: int = bounded(4096, min=1, flag="vllm_max_model_len", help="the context (prompt + reply tokens) "
+                                 "the engine reserves KV cache for; longer prompts are refused by it")
+    sleep_level: int = bounded(1, min=0, max=2, flag="vllm_sleep_level", help="while the trainer updates (CUDA "
+                               "only, vLLM's sleep mode): 1 moves the engine's weights to CPU memory and frees its "
+                               "KV cache, 2 frees both (the new weights are loaded right after), 0 keeps it awake")
+    engine_args: dict = declared(factory=dict, flag="vllm_engine_args", help="more of vllm.LLM's engine arguments, "
+                                 "as JSON: '{\"enforce_eager\": true, \"max_num_seqs\": 128}'")
 
     def __post_init__(self):
         for f in fields(self):  # an int where vLLM wants one: 0.5 GPUs or a 4096.5-token context is a typo
@@ -51,21 +54,24 @@ class VLLMConfig:
 
 @dataclass
 class PolicyConfig:
-    backend: Literal[BACKENDS] = "transformers"  # transformers (CPU default), vllm, or openai (any OpenAI server)
-    model: str | None = None  # path or hub id (default: the embedded SmolLM2-135M-Instruct); openai: served name
-    base_url: str = "http://127.0.0.1:8000/v1"  # openai backend: the server's URL
-    tokenizer: str | None = None  # openai backend: tokenizer path or id (chat template and token ids)
-    device: str | None = None  # transformers backend: cpu, cuda, ... (default: cuda when available)
-    # torch's CPU threads; None: one per core no other process is busy on (agent/threads.py: torch's own
-    # default of one per core slows several-fold beside another busy process)
-    threads: int | None = None
-    # transformers backend: most sequences one forward pass runs; fewer take less memory, a little slower
-    batch_size: int = bounded(FORWARD_BATCH, min=1, flag="forward_batch")
-    # transformers backend: the most MB of KV cache kept from one turn to the next (the last turn's and the
-    # new one's are both held while a turn runs: twice this); a reply over it has its next prompt run in full,
-    # whose prefill may take more memory than the cache did; None: no bound
-    kept_cache_mb: float | None = bounded(KEPT_CACHE_MB, min=0)
-    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # vLLM's engine (--backend vllm)
+    backend: Literal[BACKENDS] = declared("transformers", help="transformers (CPU default), vllm, or openai (any "
+                                          "OpenAI server)")
+    model: str | None = declared(None, help="path or hub id (default: the embedded SmolLM2-135M-Instruct); openai: "
+                                 "served name")
+    base_url: str = declared("http://127.0.0.1:8000/v1", help="openai backend: the server's URL")
+    tokenizer: str | None = declared(None, help="openai backend: tokenizer path or id (chat template and token ids)")
+    device: str | None = declared(None, help="transformers backend: cpu, cuda, ... (default: cuda when available)")
+    threads: int | None = declared(None, help="torch's CPU threads; None: one per core no other process is busy on "
+                                   "(agent/threads.py: torch's own default of one per core slows several-fold beside "
+                                   "another busy process)")
+    batch_size: int = bounded(FORWARD_BATCH, min=1, flag="forward_batch", help="transformers backend: most "
+                              "sequences one forward pass runs; fewer take less memory, a little slower")
+    kept_cache_mb: float | None = bounded(KEPT_CACHE_MB, min=0, help="transformers backend: the most MB of KV cache "
+                                          "kept from one turn to the next (the last turn's and the new one's are "
+                                          "both held while a turn runs: twice this); a reply over it has its next "
+                                          "prompt run in full, whose prefill may take more memory than the cache "
+                                          "did; None: no bound")
+    vllm: VLLMConfig = declared(factory=VLLMConfig, help="vLLM's engine (--backend vllm)")
 
     def __post_init__(self):
         check_choices(self)

@@ -14,14 +14,14 @@ only inside chat messages (an OpenAI-compatible server) says so with ``chat_imag
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from ragen_envs.agent import vision
 from ragen_envs.agent.chat_encoding import Message, encode_chat, tokenize
-from ragen_envs.base import check_positive_int
+from ragen_envs.base import check_positive_int, declared
 
 Images = list[np.ndarray]  # one prompt's images
 # The transformers backend's memory: sequences per forward pass, and the megabytes of KV cache it keeps from
@@ -46,13 +46,13 @@ Prompt = list[Message] | list[int]  # a token-id prompt may be a TokenPrompt
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0  # nucleus sampling mass (1 = off)
-    top_k: int = 0  # keep the k most likely tokens (0 = off)
-    max_new_tokens: int = 128  # generated tokens per turn at most
-    stop: list[str] = field(default_factory=lambda: ["</answer>"])  # kept in the output text
-    # sampling seed; each prompt of a batch draws its own stream from it (None: from the rollout seed)
-    seed: int | None = field(default=None, metadata={"flag": "sampling-seed"})
+    temperature: float = declared(1.0, help="0 = greedy")
+    top_p: float = declared(1.0, help="nucleus sampling mass (1 = off)")
+    top_k: int = declared(0, help="keep the k most likely tokens (0 = off)")
+    max_new_tokens: int = declared(128, help="generated tokens per turn at most")
+    stop: list[str] = declared(factory=lambda: ["</answer>"], help="kept in the output text")
+    seed: int | None = declared(None, flag="sampling-seed", help="sampling seed; each prompt of a batch draws its "
+                                "own stream from it (None: from the rollout seed)")
 
     def __post_init__(self):
         if self.temperature < 0:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ragen_envs.base import check_positive_int
+from ragen_envs.base import check_positive_int, declared
 from ragen_envs.registry import ENVIRONMENTS, env_for
 
 TOKEN_VARIABLE = "RAGEN_SERVE_TOKEN"
@@ -14,33 +14,33 @@ TOKEN_VARIABLE = "RAGEN_SERVE_TOKEN"
 
 @dataclass
 class ServerConfig:
-    envs: list[str] = field(default_factory=lambda: [env_for("default")])  # env ids served; the first is /ws's
-    host: str = "127.0.0.1"  # bind address; "0.0.0.0" opens the server to the network
-    port: int = 8000  # 0: any free port
-    max_sessions: int = 1024  # sessions open at once; one more is refused (503, "capacity")
-    idle_timeout_s: float = 600.0  # a session unused this long is closed, its env too
-    max_request_bytes: int = 1 << 20  # larger request bodies and WebSocket messages are refused (413)
-    # shared secret: clients send "Authorization: Bearer TOKEN"; default: $RAGEN_SERVE_TOKEN, else none
-    token: str | None = None
-    env_kwargs: dict = field(default_factory=dict)  # JSON {env_id: {gym.make arguments}} fixed by the server
-    # threads running env calls (resets, steps), per served env: a slow env queues behind itself only
-    workers: int = 64
-    # a request's headers and body must arrive whole within this many seconds of its first byte (a new
-    # connection's: of its opening), however steadily they trickle, or it is disconnected (slowloris);
-    # the idle time between two requests of a kept-alive connection is not counted
-    read_timeout_s: float = 30.0
-    # connections open at once (WebSockets included); one more gets 503 and is closed at once. Fewer where
-    # the process's open-file limit would run out first, so /health and the envs always have descriptors
-    max_connections: int = 2048
-    # Host header names answered besides localhost, the bind host and, bound to all interfaces, this
-    # machine's name; IP addresses always pass (DNS rebinding needs a name); "*": any; others get 403
-    allowed_hosts: tuple[str, ...] = ()
-    # browser pages (Origin header) allowed besides those of an answered host name: "https://app:3000"
-    # or a host name; "*": any; requests without Origin (not from a browser) always pass
-    allowed_origins: tuple[str, ...] = ()
-    # hand out the envs' oracle (call/oracle_action, call/oracle_reasoning) to clients: only where every
-    # client is trusted (a warm start, an audit); an agent that reached it would read the answers off it
-    oracle: bool = False
+    envs: list[str] = declared(factory=lambda: [env_for("default")], help="env ids served; the first is /ws's")
+    host: str = declared("127.0.0.1", help="bind address; \"0.0.0.0\" opens the server to the network")
+    port: int = declared(8000, help="0: any free port")
+    max_sessions: int = declared(1024, help="sessions open at once; one more is refused (503, \"capacity\")")
+    idle_timeout_s: float = declared(600.0, help="a session unused this long is closed, its env too")
+    max_request_bytes: int = declared(1 << 20, help="larger request bodies and WebSocket messages are refused (413)")
+    token: str | None = declared(None, help="shared secret: clients send \"Authorization: Bearer TOKEN\"; default: "
+                                 "$RAGEN_SERVE_TOKEN, else none")
+    env_kwargs: dict = declared(factory=dict, help="JSON {env_id: {gym.make arguments}} fixed by the server")
+    workers: int = declared(64, help="threads running env calls (resets, steps), per served env: a slow env queues "
+                            "behind itself only")
+    read_timeout_s: float = declared(30.0, help="a request's headers and body must arrive whole within this many "
+                                     "seconds of its first byte (a new connection's: of its opening), however "
+                                     "steadily they trickle, or it is disconnected (slowloris); the idle time between "
+                                     "two requests of a kept-alive connection is not counted")
+    max_connections: int = declared(2048, help="connections open at once (WebSockets included); one more gets 503 "
+                                    "and is closed at once. Fewer where the process's open-file limit would run out "
+                                    "first, so /health and the envs always have descriptors")
+    allowed_hosts: tuple[str, ...] = declared((), help="Host header names answered besides localhost, the bind host "
+                                              "and, bound to all interfaces, this machine's name; IP addresses always "
+                                              "pass (DNS rebinding needs a name); \"*\": any; others get 403")
+    allowed_origins: tuple[str, ...] = declared((), help="browser pages (Origin header) allowed besides those of an "
+                                                "answered host name: \"https://app:3000\" or a host name; \"*\": "
+                                                "any; requests without Origin (not from a browser) always pass")
+    oracle: bool = declared(False, help="hand out the envs' oracle (call/oracle_action, call/oracle_reasoning) to "
+                            "clients: only where every client is trusted (a warm start, an audit); an agent that "
+                            "reached it would read the answers off it")
 
     def __post_init__(self):
         if not self.envs:
