@@ -528,7 +528,7 @@ class SFTConfig:
                                "the oracle's")
     multi_move: float = bounded(0.0, min=0, max=1, help="share of the oracle's turns that play its next moves up to "
                                 "the reply's allowance (the chat's max_actions_per_turn) instead of one; 0: one move a "
-                                "reply, so a start that has to learn when two pay")
+                                "reply, so RL has to learn when two moves a reply pay")
     epochs: int = bounded(1, min=1, help="passes over the demonstrations")
     batch_size: int = bounded(2, min=1, help="episodes per optimizer step (each episode is one sequence of all its "
                               "turns)")
