@@ -452,6 +452,42 @@ def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(
     assert json.loads((out / "sokoban-gradient-trends.json").read_text()) == trends
 
 
+def test_a_model_comparison_trains_each_model_from_its_own_start_and_resumes(
+        tmp_path, tiny_model, tokenizer, monkeypatch):
+    import trainers
+
+    loaded = []
+
+    class Varied(trainers.Trainer):  # the real trainer, rolling out replies whose rewards differ in a group
+        def __init__(self, model, env, config, **kw):
+            loaded.append(model)
+            super().__init__(model, env, config, **{**kw, "rollout_policy": SeededReplies(tokenizer)})
+
+    monkeypatch.setattr(trainers, "Trainer", Varied)
+    models = []
+    for name in ("tiny-a", "tiny-b"):  # two folders of one model: told apart by name only
+        tiny_model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        models.append(str(tmp_path / name))
+    out = tmp_path / "out"
+    argv = ["diff-model", "--quick", "--models", ",".join(models), "--tasks", "sokoban", "--filters", "filter",
+            "--out", str(out), "--max-turns", "1", "--max-new-tokens", "6", "--val-episodes", "2", "--groups", "2",
+            "--group-size", "3"]
+    rows = rx.main(argv)
+    assert loaded == models and [r["model"] for r in rows] == models
+    folder = out / "sokoban"
+    starts = [f"start-{findings.model_slug(m)}-max_steps10-seed0" for m in models]  # each model's own
+    assert sorted(p.name for p in folder.glob("start-*")) == starts
+    for m, start in zip(models, starts):
+        cell = folder / f"PPO-filter-{findings.model_slug(m)}-seed0" / "result.json"
+        assert json.loads(cell.read_text())["model"] == m
+        assert json.loads((folder / start / "result.json").read_text())["model"] == m
+    assert json.loads((out / "config.json").read_text())["models"] == models
+    assert "model" in (out / "results.csv").read_text().splitlines()[0].split(",")
+    again = rx.main(argv)  # read back: nothing trained
+    assert len(loaded) == 2 and [r["wall_s"] for r in again] == [r["wall_s"] for r in rows]
+
+
 def test_the_gradient_trends_rank_each_terms_norm_against_the_bucket_over_seeds(tmp_path):
     cells = []
     for seed, scale in enumerate((1.0, 2.0, 3.0)):
