@@ -7,9 +7,10 @@ Run again with another ``--val-episodes``, a finished cell is only evaluated aga
 checkpoint's weights (even with ``--finished-only``; trained again where the checkpoint is gone, but
 not with ``--finished-only``).
 The untrained model plays each seed's held-out episodes too (``start-seed<seed>/``), so every row has
-its run's lift over its start on the same maps. Every result records the cell's seed, full config and the
-commit its code was loaded from (``commit()``); ``config.json`` in the results folder records the script's
-arguments and the commit too.
+its run's lift over its start on the same maps. A study of several models (cells whose labels name their
+``model``) trains each cell on its own and keeps each model's starts apart (``start-<model>-seed<seed>/``).
+Every result records the cell's seed, full config and the commit its code was loaded from (``commit()``);
+``config.json`` in the results folder records the script's arguments and the commit too.
 
 Without ``--model`` the scripts train the demo env's model organism (``trainers/organism.py``: a
 0.6M-parameter decoder built on first use, about 3 minutes, then cached) at RAGEN's main-table scale
@@ -147,12 +148,24 @@ def results_folder(args, script: str, s: Scale | None = None) -> Path:
     return out
 
 
+def models(args) -> list:
+    """The study's models: ``args.models`` where its cells each name their own (a study of several models,
+    all real or all organisms), else ``[--model]`` (None: the env's organism)."""
+    return list(getattr(args, "models", None) or [args.model])
+
+
 def real_model(args) -> bool:
-    """Whether ``--model`` names a real model; a model organism (``ragen sft --from-scratch``'s folder) runs
-    at the organism's scale, as the default one does."""
+    """Whether ``--model`` (or the first of ``args.models``) names a real model; a model organism (``ragen sft
+    --from-scratch``'s folder) runs at the organism's scale, as the default one does."""
     from trainers.organism import is_organism
 
-    return bool(args.model) and not is_organism(args.model)
+    model = models(args)[0]
+    return bool(model) and not is_organism(model)
+
+
+def model_slug(model: str) -> str:
+    """A model as a folder name part: its "/" as "__" (RAGEN's run names), leading "_" and "." dropped."""
+    return model.replace("/", "__").lstrip("_.")
 
 
 def preset_name(args) -> str:
@@ -507,18 +520,25 @@ def trains_alike(stored: dict, config) -> bool:
     return learns(other) == learns(config)
 
 
-def reused(args, out: Path, name: str, same) -> dict | None:
+def reused(args, out: Path, name: str, same, model: str | None = None) -> dict | None:
     """The first finished result in a ``--reuse`` folder for which ``same(its cell, result)`` holds, copied to
     ``out/name`` with its cell renamed and ``copied_from`` naming the original; None where none is. The
-    folder's (or its study's) config.json must name this model."""
+    folder's (or its study's) config.json must name one of this study's models (``models``); ``model``, a
+    cell's own model, must be the one the result records (else the folder's single model) trained."""
     for folder in (Path(f).resolve() for f in getattr(args, "reuse", None) or ()):
         records = [f / "config.json" for f in (folder, folder.parent) if (f / "config.json").is_file()]
         if not records:
             raise FileNotFoundError(f"--reuse {folder}: no config.json there or in its parent to say its model")
-        if (trained := json.loads(records[0].read_text()).get("model")) != args.model:
-            raise ValueError(f"--reuse {folder}: its cells trained {trained!r}, this study trains {args.model!r}")
+        record = json.loads(records[0].read_text())
+        trained = record.get("models") or [record.get("model")]
+        if not set(trained) & set(models(args)):
+            one = lambda names: names[0] if len(names) == 1 else names  # noqa: E731
+            raise ValueError(f"--reuse {folder}: its cells trained {one(trained)!r}, this study trains "
+                             f"{one(models(args))!r}")
         for done in sorted(folder.glob("*/result.json")):
             stored = json.loads(done.read_text())
+            if model is not None and stored.get("model", trained[0] if len(trained) == 1 else None) != model:
+                continue  # another model's cell
             if same(done.parent.name, stored):
                 result = {**stored, **({"cell": name} if "cell" in stored else {}), "copied_from": stored.get(
                     "copied_from", f"{folder.parent.name}/{folder.name}/{done.parent.name}")}
@@ -537,10 +557,12 @@ def metrics_file(out: Path, name: str) -> Path:
     return (out.parent.parent / source if source else out / name) / "run" / "metrics.jsonl"
 
 
-def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args, seed: int) -> dict:
+def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args, seed: int, own: bool = False) -> dict:
     """Train one cell and evaluate it, or read its finished result back. A finished cell evaluated on
     other than ``s.val_episodes`` held-out episodes is evaluated again from its final checkpoint (trained
-    again where that is gone); its earlier result is kept beside, as ``result-<episodes>-episodes.json``."""
+    again where that is gone); its earlier result is kept beside, as ``result-<episodes>-episodes.json``.
+    ``own``: ``model`` is the cell's own (a study of several models): its result records it, and a ``--reuse``
+    copy must have trained it."""
     from ragen_envs.agent.backends import PolicyConfig
     from trainers import Trainer
     from trainers.checkpoint import all_checkpoints
@@ -562,7 +584,8 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
             done.write_text(json.dumps(result, indent=2) + "\n")
             return result
     copy = reused(args, out, name, lambda _, stored: stored.get("seed") == seed and "config" in stored
-                  and stored.get("val_episodes") == s.val_episodes and trains_alike(stored["config"], config))
+                  and stored.get("val_episodes") == s.val_episodes and trains_alike(stored["config"], config),
+                  model if own else None)
     if copy:
         return copy
     rollout_policy = PolicyConfig("vllm", model).make() if args.backend == "vllm" else None
@@ -574,30 +597,32 @@ def run_cell(out: Path, name: str, env: str, model: str, config, s: Scale, args,
     start = time.perf_counter()
     trainer = Trainer(model, env, config, device=args.device, rollout_policy=rollout_policy)
     trainer.train()
-    result = {"cell": name, "seed": seed, **run_summary(read_metrics(run)),
+    result = {"cell": name, "seed": seed, **({"model": model} if own else {}), **run_summary(read_metrics(run)),
               **evaluate(trainer.policy, env, config.rollout.env_kwargs, s, seed, chat=config.rollout.chat),
               "wall_s": time.perf_counter() - start, "resumed": resume, "config": config.to_dict(), "commit": commit()}
     done.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: int, chat=None, args=None) -> dict:
+def start_result(out: Path, env: str, policy, env_kwargs: dict, s: Scale, seed: int, chat=None, args=None,
+                 model: str | None = None) -> dict:
     """The untrained model on the held-out episodes the cells of ``seed`` (and ``env_kwargs``, ``chat``) play:
     what a run's lift is measured from, map by map. Kept in ``start[-<kwargs>]-seed<seed>/result.json``, copied
     from a ``--reuse`` folder's start of the same episodes, else played again where the episodes differ;
-    ``policy`` is called to build the model only then."""
+    ``policy`` is called to build the model only then. ``model``: the cells' own model (a study of several),
+    whose start is its own, ``start-<model>[-<kwargs>]-seed<seed>``, and records it."""
     from ragen_envs.agent import ChatEnvConfig
 
-    tag = "".join(f"-{k}{v}" for k, v in sorted(env_kwargs.items()))
+    tag = (f"-{model_slug(model)}" if model else "") + "".join(f"-{k}{v}" for k, v in sorted(env_kwargs.items()))
     done = out / f"start{tag}-seed{seed}" / "result.json"
-    episodes = {"env_kwargs": env_kwargs, "val_episodes": s.val_episodes, "max_turns": s.max_turns,
-                "max_new_tokens": s.max_new_tokens}
+    episodes = {**({"model": model} if model else {}), "env_kwargs": env_kwargs, "val_episodes": s.val_episodes,
+                "max_turns": s.max_turns, "max_new_tokens": s.max_new_tokens}
     if chat is not None and chat != ChatEnvConfig(max_turns=s.max_turns):  # recorded where not the default
         episodes["chat"] = asdict(chat)
     same = lambda stored: all(stored.get(k) == v for k, v in episodes.items())  # noqa: E731
     if done.is_file() and same(stored := json.loads(done.read_text())):
         return stored
-    copy = reused(args, out, done.parent.name, lambda cell, stored: cell == done.parent.name and same(stored))
+    copy = reused(args, out, done.parent.name, lambda cell, stored: cell == done.parent.name and same(stored), model)
     if copy:
         return copy
     result = {"seed": seed, **episodes, **evaluate(policy(), env, env_kwargs, s, seed, chat=chat), "commit": commit()}
@@ -610,18 +635,27 @@ def with_starts(args, out: Path, model: str, cells: list, results: list[dict], e
                 configs: list | None = None) -> list[dict]:
     """Each result with its seed's start beside (``val_start_success``, ``val_start_wins``) and the run's lift
     over it on the same episodes (``val_lift``); ``configs``, the cells' TrainerConfigs, say their episodes'
-    env arguments and chat (None: the cells' ``env_kwargs`` field and the default chat)."""
+    env arguments and chat (None: the cells' ``env_kwargs`` field and the default chat). A cell whose labels
+    name its ``model`` starts from that model (its own starts), the others from ``model``."""
     from ragen_envs.agent.backends import PolicyConfig
 
-    policy = functools.cache(lambda: PolicyConfig(args.backend, model, device=args.device).make())  # on first need
+    built: dict[str, object] = {}  # the untrained model last built, on first need: one in memory at a time
+
+    def policy(name: str):
+        if name not in built:
+            built.clear()
+            built[name] = PolicyConfig(args.backend, name, device=args.device).make()
+        return built[name]
+
     rows = []
-    for k, ((_, _, s, seed, fields), result) in enumerate(zip(cells, results)):
+    for k, ((_, labels, s, seed, fields), result) in enumerate(zip(cells, results)):
         if result.get("val_episodes") != s.val_episodes:  # a stored result of another size (--finished-only)
             rows.append(result)  # no start played on its episodes: no lift
             continue
         rollout = configs[k].rollout if configs else None
         kwargs, chat = (rollout.env_kwargs, rollout.chat) if rollout else (fields.get("env_kwargs", {}), None)
-        start = start_result(out, env, policy, kwargs, s, seed, chat, args)
+        own = labels.get("model")
+        start = start_result(out, env, functools.partial(policy, own or model), kwargs, s, seed, chat, args, own)
         rows.append({**result, "val_start_success": start["val_success"], "val_start_wins": start["val_wins"],
                      "val_lift": result["val_success"] - start["val_success"]})
     return rows
@@ -710,8 +744,9 @@ def write_table(out: Path, rows: list[dict], columns: list[str], title: str) -> 
 
 def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, int, dict]], env: str = WARM_ENV,
               configure=None) -> list[dict]:
-    """Run (or read back) each cell ``(name, labels, scale, seed, trainer fields)`` on ``env``; a row per
-    cell: its labels, its result and its lift over the untrained model (``with_starts``). ``configure(scale,
+    """Run (or read back) each cell ``(name, labels, scale, seed, trainer fields)`` on ``env``, with ``model``
+    or the one its labels name (``model``: each cell its own); a row per cell: its labels, its result and its
+    lift over the untrained model (``with_starts``). ``configure(scale,
     seed, fields)`` makes a cell's TrainerConfig (default: ``trainer_config`` with ``training(args)``).
     ``--workers`` N trains N cells at once in separate processes (a small model trains faster on one core
     each than on all cores together)."""
@@ -719,8 +754,9 @@ def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, i
         cells = [c for c in cells if (out / c[0] / "result.json").is_file()]
     configure = configure or (lambda s, seed, fields: trainer_config(s, seed, training(args), **fields))
     configs = [configure(s, seed, dict(fields)) for _, _, s, seed, fields in cells]
-    jobs = [(f"[{i}/{len(cells)}] {name}", out, name, env, model, config, s, args, seed)
-            for i, ((name, _, s, seed, _), config) in enumerate(zip(cells, configs), 1)]
+    # a cell whose labels name its model trains that one (a study of several models), the others ``model``
+    jobs = [(f"[{i}/{len(cells)}] {name}", out, name, env, labels.get("model", model), config, s, args, seed,
+             "model" in labels) for i, ((name, labels, s, seed, _), config) in enumerate(zip(cells, configs), 1)]
     workers = getattr(args, "workers", 1)
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")

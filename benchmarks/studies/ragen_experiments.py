@@ -9,6 +9,12 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
     python benchmarks/studies/ragen_experiments.py slip-sweep          # run_frozen_lake_slipper_rate_sweep.sh
     python benchmarks/studies/ragen_experiments.py gradient-analysis   # run_sokoban_ppo_filter_grad_analysis.sh,
                                                                        # then its _probe_ckpt.sh on the final checkpoint
+    python benchmarks/studies/ragen_experiments.py filtering-final     # run_filtering_final.sh
+    python benchmarks/studies/ragen_experiments.py diff-model --models M1,M2   # run_main_table_diff_model.sh
+    python benchmarks/studies/ragen_experiments.py diff-size --models M1,M2    # run_main_table_diff_size.sh
+    python benchmarks/studies/ragen_experiments.py search-benchmark    # run_search_benchmark.sh
+    python benchmarks/studies/ragen_experiments.py webshop-small --combos 1,2,3,4  # run_webshop_small_combos.sh
+    python benchmarks/studies/ragen_experiments.py webshop-release     # run_webshop_release_combos.sh
     python benchmarks/studies/ragen_experiments.py ablation            # the paper's Sokoban ablation table
                                                                        # (which groups the filter keeps, by which
                                                                        # metric; no script)
@@ -18,22 +24,45 @@ cell by cell through findings.py (a stopped experiment goes on where it stopped)
     python benchmarks/studies/ragen_experiments.py collapse-sokoban    # should prevent (no script; collapse.json)
     python benchmarks/studies/ragen_experiments.py collapse-slip
 Each takes RAGEN's options by the same names (``--tasks``, ``--algos``, ``--filters``, ``--values``,
-``--include-zero``, ``--kl-loss-type``, ``--checkpoint-step``) and the findings flags (``--help``); ``--reuse
-FOLDER`` copies in the cells another study has trained alike (the entropy sweep's coefficient 0 is the KL
-sweep's 0).
+``--include-zero``, ``--kl-loss-type``, ``--checkpoint-step``, ``--models``, ``--combos``, ``--filter-strategy``)
+and the findings flags (``--help``); ``--reuse FOLDER`` copies in the cells another study has trained alike
+(the entropy sweep's coefficient 0 is the KL sweep's 0; diff-model's cells of a model are the main table's
+PPO cells of that ``--model``).
 
-Scales. With ``--model`` (a real model; on a GPU with ``--backend vllm``): RAGEN's own, the ragen2-main
-preset for the task's env: 400 iterations (the gradient analysis 101) of 8 groups x 16, the env's turns
-and reply budget, learning rate 1e-6 on every layer, validation (512 episodes, temperature 0.5) before
-the first iteration and every 10, one seed as RAGEN runs. Without it: the organism preset on the task's
-model organism (``trainers/organism.py``, built on first use): the same, but 40 iterations (the
-gradient analysis 101), learning rate 1e-3, MI every iteration, no in-run validation and three seeds.
+Models. diff-model, diff-size and webshop-small compare models: each of their cells names its own (its
+``model`` label), trained from it and measured against its own untrained start. diff-model and diff-size
+take them by ``--models`` (RAGEN's short names mapped as its scripts map them, ``model_path``: Qwen2.5-7B is
+Qwen/Qwen2.5-7B, Llama-3.2-3B-Instruct meta-llama's; hub ids and folders as they are), webshop-small from its
+``--combos`` (RAGEN's four model-algorithm pairs); ``--model`` puts one model in their place. Without any they
+stop with one line that names RAGEN's defaults: those are hub models at RAGEN's scale (a GPU), not to be
+started unasked, and the organism is one model, whose table would compare nothing. search-benchmark takes
+``--models`` too, but its subject is the task: without it, ``--model`` or the organism as everywhere else;
+webshop-release has RAGEN's one model, ``--model``.
+
+Scales. With ``--model`` (or ``--models``, ``--combos``: real models; on a GPU with ``--backend vllm``):
+RAGEN's own, the ragen2-main preset for the task's env: 400 iterations of 8 groups x 16, the env's turns
+and reply budget (where the script sets no others: ``EXPERIMENTS``), learning rate 1e-6 on every layer,
+validation (512 episodes, temperature 0.5) before the first iteration and every 10, one seed as RAGEN
+runs. Without it: the organism preset on the task's model organism (``trainers/organism.py``, built on
+first use): the same, but 40 iterations, learning rate 1e-3, MI every iteration, no in-run validation and
+three seeds. A script's own iterations hold at both scales (the gradient analysis 101, the search
+benchmark 200, the WebShop ones 100).
 ``--quick``: two iterations of 2 x 4, to see the machinery. Every cell is then played greedily on held-out
 episodes (``findings.evaluate``) beside its untrained start on the same episodes.
 
 The settings of each experiment are RAGEN's script's overrides (``EXPERIMENTS``). Departures: none in the
 settings; our KL estimates are unclipped (verl clips k3 to [-10, 10]); RAGEN's early stop on a failing
-validation is not here (the filter's empty-batch stop is, ``filter_empty_stop``).
+validation is not here (the filter's empty-batch stop is, ``filter_empty_stop``). Cells checkpoint every
+``findings.CELL_SAVE_STEPS`` iterations to resume, whatever the script's save_freq. What the scripts set for
+their GPUs only (micro-batch sizes, vLLM's memory share, context and tensor parallelism, Ray's CPUs,
+entropy_from_logits_with_chunking, checkpoint contents) is ours, none changing the update. search-benchmark:
+RAGEN's SearchQA is HotpotQA over a dense-retrieval server (its --retrieval-port); here it is the catalogue's
+``search`` task, questions over country facts searched with BM25 in process; its optional --mini-batch,
+--micro-batch, --collapse-freq and --tp are not flags here (the scale flags and ``--backend`` are); its
+one --filter-value is ``--values``, which may list several. WebShop is the catalogue's generated shop, not
+WebShop's product data. diff-size maps its names as the other scripts do (RAGEN's prefixes Qwen/ to every
+name, which differs only where that names no model). The scripts' validation episodes (128 or 256) are the
+in-run validation's; the held-out play after training is the scale's.
 Outputs go to benchmarks/results/ragen-<experiment>[-quick]/: results.csv/json, <experiment>.png, the proxies
 over iterations of every cell trained here (curves.csv/png, where the run folders are); for the
 ablation, stress tests and sweeps contrasts.json (each arm minus the reference arm by seed, the trend over the
@@ -48,10 +77,12 @@ import argparse
 import json
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
 import findings
+from ragen_envs.diagnose.filtering import STRATEGIES
 from ragen_envs.registry import env_for_task, ragen_tasks
 from trainers.config import KL_TYPES
 
@@ -191,6 +222,93 @@ def filtering_final(args) -> list:
             for v in args.values for metric, strategy, value, order in [FILTERING_FINAL[v]]]
 
 
+def model_path(name: str) -> str:
+    """A model of ``--models`` as RAGEN's scripts name it (their get_model_path): a hub id or path (with "/",
+    or a folder here) as it is, Llama-3.2-3B-Instruct meta-llama's, any other name Qwen's (Qwen/<name>)."""
+    if "/" in name or Path(name).is_dir():
+        return name
+    return "meta-llama/Llama-3.2-3B-Instruct" if name == "Llama-3.2-3B-Instruct" else f"Qwen/{name}"
+
+
+def diff_models(args) -> list:
+    """run_main_table_diff_model.sh and run_main_table_diff_size.sh: the main table's PPO cells (the same
+    overrides: KL off, entropy 0.001, top-p 0.9 over the softmax with zero-variance groups kept, nofilter
+    top-p 1.0) of each task and filter mode, for each model (``--models``), each cell trained on its own."""
+    ppo = main_table(argparse.Namespace(**{**vars(args), "algos": ["PPO"]}))
+    return [(task, f"{name}-{findings.model_slug(model)}", {"model": model, **labels}, fields)
+            for model in args.models for task, name, labels, fields in ppo]
+
+
+SEARCH_ALGORITHMS = ("PPO", "GRPO")  # run_search_benchmark.sh's get_algo_overrides sets these two only
+
+
+def filter_label(strategy: str, value: float) -> str:
+    """run_search_benchmark.sh's name of its filter: nofilter at 1.0, else the strategy and value."""
+    return "nofilter" if value == 1.0 else f"{strategy}{value:g}"
+
+
+def search_benchmark(args) -> list:
+    """run_search_benchmark.sh: SearchQA (the catalogue's ``search`` task), each model (``--models``; without,
+    ``--model`` or the organism) and algorithm (PPO, GRPO), the filter at each ``--values`` (its
+    --filter-value, default 1.0: all groups) by ``--filter-strategy`` (default top_p) over the reward stds
+    themselves (base.yaml's linear mode) with zero-variance groups kept (base.yaml's include_zero); KL off,
+    entropy 0.001, 200 iterations of 16 x 8 and 5 turns, validation on 256 episodes (config/_9_search.yaml)."""
+    unknown = [a for a in args.algos if a not in SEARCH_ALGORITHMS]
+    if unknown:
+        raise SystemExit(f"{args.experiment} --algos: {', '.join(unknown)} is not one of RAGEN's script's "
+                         f"{', '.join(SEARCH_ALGORITHMS)}")
+    try:
+        values = [float(v) for v in args.values]
+    except ValueError:
+        raise SystemExit(f"{args.experiment} --values: filter values, numbers (got {','.join(args.values)})")
+    return [(args.tasks[0], "-".join([algo, label] + ([findings.model_slug(model)] if model else [])),
+             {**({"model": model} if model else {}), "algo": algo, "filter": label},
+             {"algorithm": ALGORITHMS[algo], **FILTER, "filter": args.filter_strategy, "filter_value": v,
+              "filter_prob_mode": "linear", "include_zero": True, "beta": 0.0, "kl_loss_type": "low_var_kl",
+              "entropy_coef": 0.001, "eval_episodes": 256})
+            for model in args.models or [None] for algo in args.algos for v in values
+            for label in [filter_label(args.filter_strategy, v)]]
+
+
+# run_webshop_small_combos.sh's combos, by its --combos numbers: (model, algorithm)
+WEBSHOP_COMBOS = {"1": ("Qwen2.5-3B-Instruct", "PPO"), "2": ("Qwen2.5-3B-Instruct", "GRPO"),
+                  "3": ("Qwen2.5-7B-Instruct", "PPO"), "4": ("Llama-3.2-3B-Instruct", "PPO")}
+
+
+def combos(args) -> list[tuple[str, str]]:
+    """webshop-small's (model, algorithm) pairs of ``--combos`` (default: all four), each model by RAGEN's
+    name rule (``model_path``); with ``--model``, it in every combo's place (one pair per algorithm)."""
+    chosen = [WEBSHOP_COMBOS[c] for c in args.combos or WEBSHOP_COMBOS]
+    return list(dict.fromkeys((args.model or model_path(model), algo) for model, algo in chosen))
+
+
+def webshop_small(args) -> list:
+    """run_webshop_small_combos.sh: WebShop, each combo (model and algorithm) x filter (top-p 0.9 over the
+    reward stds themselves without zero-variance groups) and nofilter (1.0 with them); KL off, entropy
+    0.001, 12 turns, 100 iterations of 8 x 16 in minibatches of 16, validation on 128 episodes."""
+    return [(args.tasks[0], f"{algo}-{name}-{findings.model_slug(model)}",
+             {"model": model, "algo": algo, "filter": name},
+             {"algorithm": ALGORITHMS[algo], **FILTER, "filter_prob_mode": "linear", **filtered(name == "filter"),
+              "beta": 0.0, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001, "eval_episodes": 128})
+            for model, algo in combos(args) for name in args.filters]
+
+
+# run_webshop_release_combos.sh's filter modes: (strategy, value), each over the reward stds themselves
+WEBSHOP_RELEASE = {"topk25": ("top_k", 0.25), "topp09": ("top_p", 0.9), "topp095": ("top_p", 0.95),
+                   "nofilter": ("top_p", 1.0)}
+
+
+def webshop_release(args) -> list:
+    """run_webshop_release_combos.sh: GRPO on WebShop (its one model, Qwen2.5-3B-Instruct: ``--model``, else
+    the organism), each filter mode (``WEBSHOP_RELEASE``) in the linear mode with zero-variance groups kept;
+    KL off, entropy 0.001, 100 iterations of 16 x 8 (minibatches of 32), 9 turns, validation on 256 episodes."""
+    return [(args.tasks[0], f"GRPO-{name}", {"filter": name},
+             {"algorithm": "grpo", **FILTER, "filter": strategy, "filter_value": value, "filter_prob_mode": "linear",
+              "include_zero": True, "beta": 0.0, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001,
+              "eval_episodes": 256})
+            for name in args.filters for strategy, value in [WEBSHOP_RELEASE[name]]]
+
+
 def stress(args) -> list:
     """The paper's stress tests on the ablation's settings: training on one quartile of the groups by reward
     std, and the filter at the trajectory level (its prompt-level twin is the ablation's ``largest``, which
@@ -240,7 +358,9 @@ def collapse_design(args) -> list:
 
 
 # name: (cells, its defaults: tasks, algorithms, values, filter modes, iterations (None: the preset's), and
-# groups and group_size where the experiment's batch is not the preset's)
+# groups and group_size where the experiment's batch is not the preset's; models (RAGEN's default --models,
+# which a model comparison asks for by name) and combos; max_turns where the script's are not the task's;
+# minibatches per batch where its minibatch is not a quarter of it)
 EXPERIMENTS = {
     "main-table": (main_table, dict(tasks="sokoban,frozenlake,webshop,metamathqa,countdown",
                                     algos="PPO,DAPO,GRPO,DrGRPO", filters="filter,nofilter")),
@@ -251,6 +371,19 @@ EXPERIMENTS = {
                                     filters="filter,nofilter")),
     "gradient-analysis": (gradient_analysis, dict(tasks="sokoban", algos="PPO", iterations=101)),
     "filtering-final": (filtering_final, dict(tasks="sokoban", values=",".join(FILTERING_FINAL))),
+    # run_main_table_diff_model.sh's tasks leave webshop out (its usage text lists it), _diff_size.sh's keep it
+    "diff-model": (diff_models, dict(tasks="sokoban,frozenlake,metamathqa,countdown", filters="filter,nofilter",
+                                     models="Qwen2.5-3B-Instruct")),
+    "diff-size": (diff_models, dict(tasks="sokoban,frozenlake,webshop,metamathqa,countdown", filters="filter,nofilter",
+                                    models="Qwen2.5-0.5B,Qwen2.5-1.5B,Qwen2.5-3B,Qwen2.5-7B")),
+    # its STEPS=200 (its usage text says 400)
+    "search-benchmark": (search_benchmark, dict(tasks="search", algos="PPO", values="1.0", iterations=200,
+                                                models="Qwen2.5-3B-Instruct")),
+    # its ppo_mini_batch_size=16 of 8 x 16: 8 minibatches
+    "webshop-small": (webshop_small, dict(tasks="webshop", filters="filter,nofilter", combos=",".join(WEBSHOP_COMBOS),
+                                          iterations=100, max_turns=12, minibatches=8)),
+    "webshop-release": (webshop_release, dict(tasks="webshop", filters=",".join(WEBSHOP_RELEASE), iterations=100,
+                                              groups=16, group_size=8)),
     "ablation": (ablation, dict(tasks="sokoban", values=",".join(ABLATION))),
     "stress": (stress, dict(tasks="sokoban", values=",".join(STRESS))),
     "collapse-frozenlake": (collapse_design, dict(tasks="frozenlake", values="none,top_p_linear,random_k",
@@ -287,7 +420,16 @@ def parse_args(argv=None):
     p.add_argument("--tasks", type=listed(ragen_tasks()), default=None,
                    help="RAGEN's task names (default: the experiment's; the sweeps take the first)")
     p.add_argument("--algos", type=listed(ALGORITHMS), default=None, help="main table, gradient analysis")
-    p.add_argument("--filters", type=listed(("filter", "nofilter")), default=None, help="main table, slip sweep")
+    p.add_argument("--filters", type=listed(("filter", "nofilter", *WEBSHOP_RELEASE)), default=None,
+                   help="main table, slip sweep, diff-model, diff-size, webshop-small (filter, nofilter); "
+                        f"webshop-release ({', '.join(WEBSHOP_RELEASE)})")
+    p.add_argument("--models", type=listed(), default=None,
+                   help="diff-model, diff-size, search-benchmark: each cell's model, by RAGEN's short names "
+                        "(Qwen2.5-7B: Qwen/Qwen2.5-7B; Llama-3.2-3B-Instruct: meta-llama's), hub ids or folders")
+    p.add_argument("--combos", type=listed(WEBSHOP_COMBOS), default=None, help="webshop-small: its (model, "
+                   "algorithm) combos, " + ", ".join(f"{k}: {m} {a}" for k, (m, a) in WEBSHOP_COMBOS.items()))
+    p.add_argument("--filter-strategy", choices=[s for s in STRATEGIES if s != "none"], default="top_p",
+                   help="search benchmark: the filter's strategy, at each --values (RAGEN's --filter-value)")
     p.add_argument("--values", type=listed(), default=None, help="the swept values (default: RAGEN's)")
     p.add_argument("--include-zero", action=argparse.BooleanOptionalAction, default=True,
                    help="KL and entropy sweeps: zero-variance groups kept (RAGEN's default) or dropped")
@@ -306,7 +448,46 @@ def parse_args(argv=None):
     for key in ("tasks", "algos", "filters", "values"):
         if getattr(args, key) is None and key in defaults:
             setattr(args, key, listed()(defaults[key]))
+    if "filters" in defaults and not set(args.filters) <= set(listed()(defaults["filters"])):
+        raise SystemExit(f"{args.experiment} --filters: each one of {defaults['filters']}")
+    args.models = cell_models(args, defaults)
     return args
+
+
+# the experiments that compare models: they train those named (--models, webshop-small's --combos) or the one
+# --model, and ask for them rather than run the organism, which is one model
+COMPARES_MODELS = ("diff-model", "diff-size", "webshop-small")
+
+
+def cell_models(args, defaults: dict) -> list[str] | None:
+    """Each cell's model where an experiment takes them (``--models``, RAGEN's names by ``model_path``;
+    webshop-small's ``--combos``; else ``--model`` alone), in order; None where its cells share ``--model``
+    (or the organism). A model comparison without any says so and stops (SystemExit)."""
+    from trainers.organism import is_organism
+
+    if args.models and args.model:
+        raise SystemExit("give --models or --model, not both")
+    if args.models and "models" not in defaults:
+        raise SystemExit(f"{args.experiment} takes no --models (diff-model, diff-size and search-benchmark do)")
+    if args.experiment not in COMPARES_MODELS and not args.models:
+        return None
+    if args.experiment == "webshop-small":
+        if not (args.combos or args.model):
+            raise SystemExit(f"webshop-small trains its combos' models at RAGEN's scale: choose them with --combos "
+                             f"(RAGEN's: {defaults['combos']}) or train one model with --model")
+        models = [model for model, _ in combos(args)]
+    elif args.models:
+        models = [model_path(m) for m in args.models]
+    elif args.model:
+        models = [args.model]
+    else:
+        raise SystemExit(f"{args.experiment} compares models at RAGEN's scale: name them with --models (RAGEN's: "
+                         f"{defaults['models']}) or one with --model; the organism is one model")
+    models = list(dict.fromkeys(models))
+    if len({is_organism(m) for m in models}) > 1:
+        raise SystemExit(f"--models: {', '.join(models)} mixes model organisms and real models, which train at "
+                         "different scales")
+    return models
 
 
 def cells(args) -> dict[str, list]:
@@ -320,8 +501,12 @@ def cells(args) -> dict[str, list]:
         if not args.quick:  # the experiment's own batch, where the flags leave it
             s = replace(s, **{k: defaults[k] for k in ("groups", "group_size", "seeds") if k in defaults
                               and getattr(args, k) is None})
-        out[task] = [(f"{name}-seed{seed}", {**labels, "seed": seed}, s, seed, fields) for seed in range(s.seeds)
-                     for t, name, labels, fields in arms if t == task]
+        if "max_turns" in defaults and args.max_turns is None:  # the script's turns, at every scale
+            s = replace(s, max_turns=defaults["max_turns"])
+        batch = {"mini_batch_size": max(1, s.groups * s.group_size // defaults["minibatches"])} \
+            if "minibatches" in defaults else {}
+        out[task] = [(f"{name}-seed{seed}", {**labels, "seed": seed}, s, seed, {**fields, **batch})
+                     for seed in range(s.seeds) for t, name, labels, fields in arms if t == task]
     return out
 
 
@@ -541,7 +726,8 @@ def main(argv=None) -> list[dict]:
     rows = []
     for task, task_cells in by_task.items():
         env = env_for_task(task)
-        model = findings.warm_model(args, env)
+        # where every cell names its own model (a model comparison), no other is needed
+        model = findings.warm_model(args, env) if any("model" not in c[1] for c in task_cells) else None
         folder = out / task  # each task's own starts and cells
         folder.mkdir(exist_ok=True)
         configure = partial(findings.preset_config, args, env)  # (scale, seed, fields) -> TrainerConfig

@@ -445,6 +445,64 @@ def test_each_run_is_measured_against_its_untrained_start_on_the_same_episodes(t
     assert played[-1] == ("policy", None, 2, 0)  # other episodes: played again
 
 
+def test_a_study_of_several_models_trains_and_starts_each_cell_on_its_own(tmp_path, monkeypatch):
+    """Cells whose labels name their model train that model and are measured against its own untrained start
+    (kept apart by model); a cell without one keeps the study's model and the usual start folder."""
+    from ragen_envs.agent.backends import PolicyConfig
+
+    trained, built = [], []
+
+    def run_cell(out, name, env, model, config, s, args, seed, own=False):
+        trained.append((name, model, own))
+        return {"cell": name, "val_success": 0.5, "val_episodes": s.val_episodes}
+
+    monkeypatch.setattr(findings, "run_cell", run_cell)
+    monkeypatch.setattr(PolicyConfig, "make", lambda self: built.append(self.model) or self.model)
+    monkeypatch.setattr(findings, "evaluate", lambda policy, env, kwargs, s, seed, chat=None: {
+        "val_success": {"org/a": 0.1, "b": 0.2, "m": 0.3}[policy], "val_wins": "0" * s.val_episodes})
+    args = findings.parser("").parse_args(["--model", "m"])
+    s = replace(findings.QUICK, val_episodes=2)
+    cells = [("a-seed0", {"model": "org/a"}, s, 0, {}), ("b-seed0", {"model": "b"}, s, 0, {}),
+             ("a-seed1", {"model": "org/a"}, s, 1, {}), ("mine-seed0", {}, s, 0, {})]
+    rows = findings.run_cells(args, tmp_path, "m", cells, SMOKE, lambda s, seed, fields: findings.trainer_config(
+        s, seed, {}, **fields))
+    assert trained == [("a-seed0", "org/a", True), ("b-seed0", "b", True), ("a-seed1", "org/a", True),
+                       ("mine-seed0", "m", False)]
+    assert [r["val_start_success"] for r in rows] == [0.1, 0.2, 0.1, 0.3]  # each model's own start
+    assert [r["model"] for r in rows[:3]] == ["org/a", "b", "org/a"] and "model" not in rows[3]
+    assert built == ["org/a", "b", "org/a", "m"]  # one untrained model in memory at a time
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["start-b-seed0", "start-org__a-seed0",
+                                                          "start-org__a-seed1", "start-seed0"]
+    assert json.loads((tmp_path / "start-org__a-seed0" / "result.json").read_text())["model"] == "org/a"
+    findings.run_cells(args, tmp_path, "m", cells, SMOKE, lambda s, seed, fields: findings.trainer_config(
+        s, seed, {}, **fields))
+    assert len(built) == 4  # the starts are kept
+    assert findings.model_slug("/abs/path/model") == "abs__path__model"
+
+
+def test_reuse_copies_a_cell_of_a_study_of_several_models_only_for_the_model_it_trained(tmp_path):
+    import argparse
+
+    other = tmp_path / "diff-size" / "sokoban"
+    for model in ("a", "b"):
+        (other / f"{model}-seed0").mkdir(parents=True)
+        (other / f"{model}-seed0" / "result.json").write_text(json.dumps({"model": model, "seed": 0}))
+    (other.parent / "config.json").write_text(json.dumps({"model": None, "models": ["a", "b"]}))
+    args = argparse.Namespace(model=None, models=["b", "c"], reuse=[str(other)])
+    same = lambda cell, stored: True  # noqa: E731
+    assert findings.reused(args, tmp_path / "here", "x", same, "b")["copied_from"] == "diff-size/sokoban/b-seed0"
+    assert findings.reused(args, tmp_path / "here", "y", same, "c") is None  # no cell of c there
+    one = tmp_path / "main-table" / "sokoban"  # a study of one model: its results do not name it
+    (one / "PPO-seed0").mkdir(parents=True)
+    (one / "PPO-seed0" / "result.json").write_text(json.dumps({"seed": 0}))
+    (one.parent / "config.json").write_text(json.dumps({"model": "b"}))
+    args.reuse = [str(one)]
+    assert findings.reused(args, tmp_path / "here", "z", same, "b")["copied_from"] == "main-table/sokoban/PPO-seed0"
+    assert findings.reused(args, tmp_path / "here", "w", same, "c") is None
+    with pytest.raises(ValueError, match=r"trained 'b', this study trains \['c', 'd'\]"):
+        findings.reused(argparse.Namespace(model=None, models=["c", "d"], reuse=[str(one)]), tmp_path, "v", same)
+
+
 def test_the_reward_audit_finds_no_policy_earning_without_doing_the_task():
     import reward_audit
 

@@ -140,6 +140,145 @@ def test_filtering_final_is_ragens_fifteen_filters_with_the_kl_off():
         assert (c.rollout.n_groups, c.rollout.group_size, c.mini_batch_size) == (8, 16, 32)
 
 
+def labelled(argv):
+    """Cell name -> (its labels, its TrainerConfig), for ``ragen_experiments.py argv``."""
+    args = rx.parse_args(argv)
+    return {f"{task}/{name}": (labels, findings.preset_config(args, env_for_task(task), s, seed, fields))
+            for task, cells in rx.cells(args).items() for name, labels, s, seed, fields in cells}
+
+
+MAIN_PPO = ("algorithm", "advantage", "loss_type", "beta", "entropy_coef", "filter_loss_scaling", "num_iterations")
+
+
+def test_diff_model_and_diff_size_are_the_main_tables_ppo_cells_for_each_named_model():
+    # run_main_table_diff_model.sh: PPO only (gae, token-mean), STEPS=400, TASKS without webshop, the main
+    # table's common_overrides (KL off, entropy 0.001, top-p softmax, largest reward_variance, include_zero True),
+    # filter 0.9 / nofilter 1.0, FrozenLake's success_rate 1.0
+    made = labelled(["diff-model", "--models", "Qwen2.5-3B-Instruct,Llama-3.2-3B-Instruct"])
+    assert len(made) == 4 * 2 * 2
+    assert {k.split("/")[0] for k in made} == {"sokoban", "frozenlake", "metamathqa", "countdown"}
+    assert {labels["model"] for labels, _ in made.values()} == {
+        "Qwen/Qwen2.5-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct"}
+    for name, (labels, c) in made.items():
+        mode = labels["filter"]
+        assert name.split("/")[1] == f"PPO-{mode}-{findings.model_slug(labels['model'])}-seed0"
+        assert picked(c, *FILTER) == ("top_p", 0.9 if mode == "filter" else 1.0, True, "softmax", "largest", "std")
+        assert picked(c, *MAIN_PPO) == ("ppo", "gae", "dapo", 0.0, 0.001, "none", 400)
+        assert (c.eval_steps, c.eval_episodes) == (10, 512)  # val_before_train, base.yaml's test_freq and val
+    assert made["frozenlake/PPO-filter-Qwen__Qwen2.5-3B-Instruct-seed0"][1].rollout.env_kwargs.get("slip", 0) == 0
+    # run_main_table_diff_size.sh: the same runs, webshop among its tasks, each name Qwen/<name>
+    sizes = labelled(["diff-size", "--models", "Qwen2.5-0.5B,Qwen2.5-7B"])
+    assert len(sizes) == 5 * 2 * 2 and "webshop/PPO-nofilter-Qwen__Qwen2.5-0.5B-seed0" in sizes
+    assert [labels["model"] for labels, _ in sizes.values()][:4] == ["Qwen/Qwen2.5-0.5B"] * 2 + ["Qwen/Qwen2.5-7B"] * 2
+    # a model's cells are the main table's PPO cells of that --model: --reuse copies them
+    main = configs(["main-table", "--model", "Qwen/Qwen2.5-7B", "--algos", "PPO"])
+    for task in ("sokoban", "webshop"):
+        for mode in ("filter", "nofilter"):
+            assert findings.trains_alike(main[f"{task}/PPO-{mode}-seed0"].to_dict(),
+                                         sizes[f"{task}/PPO-{mode}-Qwen__Qwen2.5-7B-seed0"][1])
+
+
+def test_a_model_comparison_asks_for_its_models_and_takes_ragens_names(tmp_path):
+    # RAGEN's get_model_path: a name with "/" as it is, Llama-3.2-3B-Instruct meta-llama's, any other Qwen/<name>
+    assert [rx.model_path(m) for m in ("Qwen2.5-7B-Instruct", "QwQ-32B", "Llama-3.2-3B-Instruct", "org/m")] == [
+        "Qwen/Qwen2.5-7B-Instruct", "Qwen/QwQ-32B", "meta-llama/Llama-3.2-3B-Instruct", "org/m"]
+    assert rx.model_path(str(tmp_path)) == str(tmp_path)
+    with pytest.raises(SystemExit, match="Qwen2.5-0.5B,Qwen2.5-1.5B,Qwen2.5-3B,Qwen2.5-7B"):
+        rx.parse_args(["diff-size"])  # RAGEN's defaults, named rather than downloaded unasked
+    with pytest.raises(SystemExit, match="--models .*Qwen2.5-3B-Instruct"):
+        rx.parse_args(["diff-model"])
+    with pytest.raises(SystemExit, match="not both"):
+        rx.parse_args(["diff-model", "--models", "a", "--model", "b"])
+    with pytest.raises(SystemExit, match="takes no --models"):
+        rx.parse_args(["main-table", "--models", "a"])
+    one = labelled(["diff-model", "--model", "m", "--tasks", "sokoban"])  # one model in RAGEN's names' place
+    assert [labels["model"] for labels, _ in one.values()] == ["m", "m"]
+    organism = tmp_path / "organism"
+    organism.mkdir()
+    (organism / "warm_start.json").write_text(json.dumps({"model": 'organism:{"layers": 2}'}))
+    assert rx.parse_args(["diff-model", "--models", str(organism)]).models == [str(organism)]
+    with pytest.raises(SystemExit, match="mixes model organisms and real models"):
+        rx.parse_args(["diff-model", "--models", f"{organism},Qwen2.5-0.5B"])
+    # a study of organisms runs at the organism's scale, of real models at RAGEN's
+    assert configs(["diff-model", "--models", str(organism), "--tasks", "sokoban"])[
+        f"sokoban/PPO-filter-{findings.model_slug(str(organism))}-seed2"].num_iterations == 40
+
+
+def test_the_search_benchmark_is_ragens_on_the_catalogues_searchqa():
+    # run_search_benchmark.sh: STEPS=200, ALGORITHMS=(PPO), FILTER_STRATEGY top_p, FILTER_VALUE 1.0 (nofilter);
+    # the filter's other settings base.yaml's (linear, include_zero True, largest, reward_variance); KL off,
+    # entropy 0.001; config/_9_search.yaml: 16 groups x 8, 5 turns, validation on 256 episodes
+    (only,) = labelled(["search-benchmark", "--model", "m"]).items()
+    name, (labels, c) = only
+    assert name == "search/PPO-nofilter-seed0" and labels == {"algo": "PPO", "filter": "nofilter", "seed": 0}
+    assert env_for_task("search") == "Ragen/SearchQA-v0"
+    assert picked(c, *FILTER) == ("top_p", 1.0, True, "linear", "largest", "std")
+    assert picked(c, *MAIN_PPO) == ("ppo", "gae", "dapo", 0.0, 0.001, "none", 200)
+    assert (c.rollout.n_groups, c.rollout.group_size, c.mini_batch_size, c.rollout.chat.max_turns) == (16, 8, 32, 5)
+    assert (c.eval_episodes, c.eval_steps) == (256, 10)
+    swept = labelled(["search-benchmark", "--models", "Qwen2.5-7B-Instruct,Llama-3.2-3B-Instruct",
+                      "--algos", "PPO,GRPO", "--values", "0.9,1.0"])
+    assert len(swept) == 2 * 2 * 2
+    grpo = swept["search/GRPO-top_p0.9-meta-llama__Llama-3.2-3B-Instruct-seed0"][1]
+    # GRPO: grpo advantages normalised by the group's std, seq-mean-token-mean
+    assert picked(grpo, "algorithm", "advantage", "loss_type", "scale_rewards", "filter_value") == (
+        "grpo", "group", "grpo", "group", 0.9)
+    (top_k,) = configs(["search-benchmark", "--model", "m", "--filter-strategy", "top_k", "--values", "0.25"])
+    assert top_k == "search/PPO-top_k0.25-seed0"
+    with pytest.raises(SystemExit, match="not one of RAGEN's script's PPO, GRPO"):
+        configs(["search-benchmark", "--algos", "DrGRPO"])
+    organism = configs(["search-benchmark"])  # its subject is the task: without a model, the organism
+    assert len(organism) == 3 and organism["search/PPO-nofilter-seed0"].num_iterations == 200
+
+
+def test_webshop_small_is_ragens_four_combos_with_filter_and_nofilter():
+    # run_webshop_small_combos.sh: STEPS=100, 8 x 16, ppo_mini_batch_size=16, agent_proxy.max_turn=12, validation
+    # on 128 episodes; filter top-p 0.9 without zero-variance groups, nofilter 1.0 with them, linear, largest
+    # reward_variance; KL off, entropy 0.001; its combos (model, algorithm)
+    made = labelled(["webshop-small", "--combos", "1,2,3,4"])
+    assert len(made) == 4 * 2 and {k.split("/")[0] for k in made} == {"webshop"}
+    assert list(dict.fromkeys((labels["model"], labels["algo"]) for labels, _ in made.values())) == [
+        ("Qwen/Qwen2.5-3B-Instruct", "PPO"), ("Qwen/Qwen2.5-3B-Instruct", "GRPO"),
+        ("Qwen/Qwen2.5-7B-Instruct", "PPO"), ("meta-llama/Llama-3.2-3B-Instruct", "PPO")]
+    for labels, c in made.values():
+        on = labels["filter"] == "filter"
+        assert picked(c, *FILTER) == ("top_p", 0.9 if on else 1.0, not on, "linear", "largest", "std")
+        assert c.algorithm == {"PPO": "ppo", "GRPO": "grpo"}[labels["algo"]]
+        assert (c.beta, c.entropy_coef, c.filter_loss_scaling, c.num_iterations) == (0.0, 0.001, "none", 100)
+        assert (c.rollout.n_groups, c.rollout.group_size, c.mini_batch_size) == (8, 16, 16)
+        assert (c.rollout.chat.max_turns, c.eval_episodes) == (12, 128)
+    assert list(configs(["webshop-small", "--combos", "2"])) == [
+        "webshop/GRPO-filter-Qwen__Qwen2.5-3B-Instruct-seed0", "webshop/GRPO-nofilter-Qwen__Qwen2.5-3B-Instruct-seed0"]
+    with pytest.raises(SystemExit, match="--combos .*1,2,3,4"):
+        rx.parse_args(["webshop-small"])
+    with pytest.raises(SystemExit):
+        rx.parse_args(["webshop-small", "--combos", "5"])
+    one = labelled(["webshop-small", "--model", "m", "--filters", "filter"])  # one model: each algorithm once
+    assert [(labels["model"], labels["algo"]) for labels, _ in one.values()] == [("m", "PPO"), ("m", "GRPO")]
+    (quick,) = configs(["webshop-small", "--model", "m", "--combos", "1", "--filters", "filter", "--quick"]).values()
+    assert quick.mini_batch_size == 1  # an eighth of the batch, as 16 of 128
+
+
+def test_webshop_release_is_grpo_with_ragens_four_filter_modes():
+    # run_webshop_release_combos.sh: GRPO, STEPS=100, 16 x 8, ppo_mini_batch_size=32, agent_proxy.max_turn=9,
+    # validation on 256 episodes; topk25, topp09, topp095, nofilter, each linear with include_zero True
+    made = configs(["webshop-release", "--model", "m"])
+    modes = {name.split("/")[1].rsplit("-seed", 1)[0]: c for name, c in made.items()}
+    assert list(modes) == ["GRPO-topk25", "GRPO-topp09", "GRPO-topp095", "GRPO-nofilter"]
+    assert [picked(c, "filter", "filter_value") for c in modes.values()] == [
+        ("top_k", 0.25), ("top_p", 0.9), ("top_p", 0.95), ("top_p", 1.0)]
+    for c in modes.values():
+        assert picked(c, *FILTER)[2:] == (True, "linear", "largest", "std")
+        assert (c.algorithm, c.beta, c.entropy_coef, c.num_iterations) == ("grpo", 0.0, 0.001, 100)
+        assert (c.rollout.n_groups, c.rollout.group_size, c.mini_batch_size) == (16, 8, 32)
+        assert (c.rollout.chat.max_turns, c.eval_episodes) == (9, 256)
+    assert len(configs(["webshop-release"])) == 4 * 3  # RAGEN's one model: --model, else the organism
+    with pytest.raises(SystemExit, match="topk25,topp09,topp095,nofilter"):
+        rx.parse_args(["webshop-release", "--filters", "filter"])
+    with pytest.raises(SystemExit, match="filter,nofilter"):
+        rx.parse_args(["main-table", "--filters", "topk25"])
+
+
 def test_the_collapse_designs_are_their_pre_registered_settings_with_one_filter_per_arm():
     b = {n.split("/")[1].rsplit("-seed", 1)[0]: c for n, c in configs(["collapse-frozenlake"]).items()
          if n.endswith("seed0")}
@@ -311,6 +450,42 @@ def test_the_gradient_analysis_trains_probes_its_checkpoint_plots_and_resumes(
     (out / "sokoban-gradient-trends.json").unlink()
     rx.main(argv + ["--finished-only"])
     assert json.loads((out / "sokoban-gradient-trends.json").read_text()) == trends
+
+
+def test_a_model_comparison_trains_each_model_from_its_own_start_and_resumes(
+        tmp_path, tiny_model, tokenizer, monkeypatch):
+    import trainers
+
+    loaded = []
+
+    class Varied(trainers.Trainer):  # the real trainer, rolling out replies whose rewards differ in a group
+        def __init__(self, model, env, config, **kw):
+            loaded.append(model)
+            super().__init__(model, env, config, **{**kw, "rollout_policy": SeededReplies(tokenizer)})
+
+    monkeypatch.setattr(trainers, "Trainer", Varied)
+    models = []
+    for name in ("tiny-a", "tiny-b"):  # two folders of one model: told apart by name only
+        tiny_model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        models.append(str(tmp_path / name))
+    out = tmp_path / "out"
+    argv = ["diff-model", "--quick", "--models", ",".join(models), "--tasks", "sokoban", "--filters", "filter",
+            "--out", str(out), "--max-turns", "1", "--max-new-tokens", "6", "--val-episodes", "2", "--groups", "2",
+            "--group-size", "3"]
+    rows = rx.main(argv)
+    assert loaded == models and [r["model"] for r in rows] == models
+    folder = out / "sokoban"
+    starts = [f"start-{findings.model_slug(m)}-max_steps10-seed0" for m in models]  # each model's own
+    assert sorted(p.name for p in folder.glob("start-*")) == starts
+    for m, start in zip(models, starts):
+        cell = folder / f"PPO-filter-{findings.model_slug(m)}-seed0" / "result.json"
+        assert json.loads(cell.read_text())["model"] == m
+        assert json.loads((folder / start / "result.json").read_text())["model"] == m
+    assert json.loads((out / "config.json").read_text())["models"] == models
+    assert "model" in (out / "results.csv").read_text().splitlines()[0].split(",")
+    again = rx.main(argv)  # read back: nothing trained
+    assert len(loaded) == 2 and [r["wall_s"] for r in again] == [r["wall_s"] for r in rows]
 
 
 def test_the_gradient_trends_rank_each_terms_norm_against_the_bucket_over_seeds(tmp_path):
