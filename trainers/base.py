@@ -1,13 +1,12 @@
-"""What every training run needs, whatever the algorithm: the run folder (one run per folder, resume
-from a checkpoint), the model set up for training, the rollout runner, the scorer behind every loss
-(DDP-wrapped or FSDP-sharded over the ranks), the optimizer, the iteration loop with its logging,
-progress, held-out validation and early stop, and checkpoints. ``Trainer`` (``trainer.py``) is the RL algorithm on top:
-it defines ``iteration_step``.
+"""What every RL run needs, whatever the algorithm: the model set up for training, the rollout runner, the
+scorer behind every loss (DDP-wrapped or FSDP-sharded over the ranks), the optimizer, the iteration loop with
+held-out validation and early stop, and checkpoints; the run's folder, record, metrics log and progress are its
+``Run`` (``run.py``, which the SFT warm start uses too). ``Trainer`` (``trainer.py``) is the RL algorithm on
+top: it defines ``iteration_step``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import nullcontext
 from dataclasses import replace
@@ -15,22 +14,22 @@ from pathlib import Path
 
 import torch
 
-from ragen_envs.agent import progress, vision
+from ragen_envs.agent import vision
 from ragen_envs.agent.backends.transformers import TransformersPolicy, pick_device
 from ragen_envs.agent.async_rollout import make_runner
 from ragen_envs.agent.baseline import held_out_config, play_held_out, summarise_held_out
 from ragen_envs.agent.default_model import load_processor
-from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.agent.rollout import NO_MODEL, check_envs
 from ragen_envs.agent.trajectory import rollouts_path, save_jsonl
 from ragen_envs.diagnose import mi
 from ragen_envs.registry import env_for
-from trainers import checkpoint, lora, run_folder
+from trainers import checkpoint, lora
 from trainers.batch import Sample, collate
 from trainers.config import TrainerConfig
-from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, all_reduce, broadcast, distribute, full_state,
-                                  gathered, init_distributed, load_optimizer)
-from trainers.metrics import PROBE_FILE, MetricsLogger, append_jsonl, plot_run
+from trainers.distributed import (RANK_SEED_STRIDE, all_gather_rows, distribute, full_state, gathered,
+                                  init_distributed, load_optimizer)
+from trainers.metrics import PROBE_FILE, append_jsonl
+from trainers.run import Run, resolve_folder
 from trainers.scoring import build_scorers
 from trainers.model import model_name, prepare_model, use_bf16
 
@@ -66,9 +65,6 @@ def check_held_out(cfg: TrainerConfig, groups: int, envs: int, world: int) -> No
                              f"move eval_seed or the rollout seed")
 
 
-PROGRESS_EVERY_S = 0.5  # inside a long phase, the bar moves at most this often
-
-
 class TrainerBase:
     """Args:
         model: a path or id, a loaded causal LM (then pass ``tokenizer``), or None for the default; a
@@ -97,35 +93,23 @@ class TrainerBase:
         mix = check_envs(env or env_for("default"), cfg.rollout, NO_MODEL if vision.is_processor(tokenizer) else model)
         if cfg.evaluation.steps:
             check_held_out(cfg, sum(mix.values()), len(mix), self.world)
-        self.output_dir = self._run_folder(cfg, mix)
-        self.config = cfg = replace(cfg, output_dir=str(self.output_dir))
+        folder = resolve_folder(cfg.output_dir, cfg.resume_from_checkpoint, cfg.algorithm, list(mix), self.world)
+        self.config = cfg = replace(cfg, output_dir=str(folder))
+        self.run = Run(folder, {"model": self.model_name, "env": mix, **cfg.to_dict()}, self.rank, self.world)
         resume, resume_state = None, None
-        self.record = {"model": self.model_name, "env": mix, **cfg.to_dict()}  # config.json
         if cfg.resume_from_checkpoint:
-            resume = checkpoint.find(self.output_dir, cfg.resume_from_checkpoint)
+            resume = checkpoint.find(folder, cfg.resume_from_checkpoint)
             resume_state = checkpoint.validate(resume, cfg.algorithm, self.model_name)
-            # the run's record: its settings change only on purpose, and the change is kept
-            self.record = run_folder.resumed_record(run_folder.read_record(self.output_dir), self.record,
-                                                    resume_state["iteration"], cfg.allow_config_changes,
-                                                    TrainerConfig.flag)
+            # the run's settings change only on purpose, and the change is kept in its record
+            self.run.resume(resume_state["iteration"], cfg.allow_config_changes, TrainerConfig.flag)
         else:
-            old_run = run_folder.check(self.output_dir, cfg.overwrite_output_dir)
-            all_reduce([0], self.world)  # every rank has checked before rank 0 clears or writes
-            if self.rank == 0:
-                run_folder.clear(old_run)
-        made = not self.output_dir.exists()  # this run's own new folder, which a failed load leaves no trace of
-        if self.rank == 0:
-            check_writable(self.output_dir, "the run")
-        try:
+            self.run.start(cfg.overwrite_output_dir)
+        with self.run.removed_on_error():
             # freeze before the critic copies the model
             self.processor = tokenizer if vision.is_processor(tokenizer) else load_processor(model)
             if self.processor is not None:
                 tokenizer = self.processor.tokenizer
             self.model, self.tokenizer = prepare_model(model, tokenizer, self.device, cfg.freeze_layers)
-        except BaseException:
-            if made and self.rank == 0:
-                run_folder.remove_if_empty(self.output_dir)
-            raise
         if cfg.lora.rank:  # in place, before the critic copies the model (its copy gets adapters of its own)
             lora.add_adapters(self.model, cfg)
         self.policy = TransformersPolicy(self.model, self.tokenizer, device=str(self.device), processor=self.processor)
@@ -167,34 +151,39 @@ class TrainerBase:
         self.think_ids = list(self.tokenizer("<think>", add_special_tokens=False)["input_ids"])
         if resume is not None:
             self._load_checkpoint(resume, resume_state)
-        self.plot_path: Path | None = None
-        self._bar = None  # train()'s progress bar (rank 0)
-        # the long phase the bar shows steps of, when it began and when the bar last showed it
-        self._progress_of = ("", 0.0, 0.0)
         self.unsaved_rollouts = None  # this iteration's trajectories, when rollouts/ is to keep them
-        # Only rank 0 writes metrics and checkpoints. A probe alone leaves the run's record and metrics be.
-        probe_only = cfg.probe.only
-        self.logger = MetricsLogger(self.output_dir, keep_iterations=self.iteration, report_to=cfg.report_to,
-                                    run_config=self.record) if self.rank == 0 and not probe_only else None
-        if self.rank == 0 and not probe_only:
-            self.write_config()
+        if not cfg.probe.only:  # a probe alone leaves the run's record and metrics be
+            self.run.open_log(keep_iterations=self.iteration, report_to=cfg.report_to)
 
-    def _run_folder(self, cfg: TrainerConfig, mix: dict[str, int]) -> Path:
-        """The run folder: ``output_dir``; else a resumed checkpoint's parent; else a new folder."""
-        if cfg.output_dir:
-            return Path(cfg.output_dir)
-        if cfg.resume_from_checkpoint == "latest":
-            raise ValueError("resume_from_checkpoint='latest' needs output_dir, the run folder to resume")
-        if cfg.resume_from_checkpoint:
-            return Path(cfg.resume_from_checkpoint).parent
-        return Path(broadcast(str(run_folder.new_folder(cfg.algorithm, list(mix))), self.world))
+    # The run's parts, by the names callers and tests use.
+    @property
+    def output_dir(self) -> Path:
+        return self.run.folder
+
+    @property
+    def record(self) -> dict:
+        """The run's record (config.json)."""
+        return self.run.record
+
+    @property
+    def logger(self):
+        """Rank 0's MetricsLogger, else None."""
+        return self.run.logger
+
+    @property
+    def plot_path(self) -> Path | None:
+        return self.run.plot_path
+
+    @property
+    def _bar(self):
+        return self.run.bar
+
+    @_bar.setter
+    def _bar(self, bar) -> None:
+        self.run.bar = bar
 
     def write_config(self) -> Path:
-        """``config.json`` next to the metrics: every field resolved, plus env and model, so
-        ``ragen train --config`` repeats the run."""
-        path = self.output_dir / "config.json"
-        path.write_text(json.dumps(self.record, indent=2) + "\n")
-        return path
+        return self.run.write_record()
 
     # == the loop =================================================================================
     def train(self) -> list[dict]:
@@ -217,7 +206,7 @@ class TrainerBase:
             if self.rank == 0:
                 print(nothing_to_train(self.output_dir, self.iteration, cfg.num_iterations), flush=True)
             return history
-        self._bar = progress.bar(cfg.num_iterations, "it", "training") if self.rank == 0 else None
+        self.run.start_bar(cfg.num_iterations, "it", "training")
         if cfg.evaluation.steps and self.iteration == 0:  # the start, to compare the run with
             history.append(self._log({"iteration": 0, **self.validate()}, print_row=bool(cfg.logging_steps)))
         self._phase("starting")
@@ -248,19 +237,11 @@ class TrainerBase:
                 break
         if saving and (not cfg.saving.steps or self.iteration % cfg.saving.steps):
             self.save_checkpoint()
-        if self.rank == 0 and cfg.plot:
-            self.plot_path = plot_run(self.output_dir)
-        if self.logger is not None:
-            self.logger.close()
+        self.run.close(plot=cfg.plot)
         return history
 
     def _log(self, metrics: dict, print_row: bool = True) -> dict:
-        """Rank 0 writes ``metrics`` (and prints its table row); every rank returns them."""
-        if self.logger is not None:
-            self.logger.log(metrics)
-            if print_row:
-                self._bar.print(self.logger.table_row(metrics))
-        return metrics
+        return self.run.log(metrics, print_row)
 
     def validate(self, temperature: float | None = None) -> dict:
         """The held-out episodes: ``eval_episodes`` per env of the run (env seeds from ``eval_seed``, one after
@@ -281,21 +262,10 @@ class TrainerBase:
         return {**{f"val/{k}": v for k, v in played.items()}, "time/eval_s": time.perf_counter() - start}
 
     def _phase(self, phase: str, **more) -> None:
-        if self._bar is not None:
-            self._bar(self.iteration, phase=phase, **more)
+        self.run.show(self.iteration, phase=phase, **more)
 
     def _progress(self, phase: str, done: int, total: int) -> None:
-        """Progress inside a long phase (``done`` of ``total`` steps; 0 starts its clock), with an
-        estimate of the time it has left, so a bar that stands still for minutes still moves."""
-        now = time.perf_counter()
-        if done == 0 or self._progress_of[0] != phase:
-            self._progress_of = (phase, now, 0.0)
-        name, began, shown = self._progress_of
-        if done and now - shown < PROGRESS_EVERY_S:  # fast steps: a line per step would flood a log file
-            return
-        self._progress_of = (name, began, now)
-        left = {"left": f"{(now - began) / done * (total - done):.0f}s"} if done else {}
-        self._phase(phase, step=f"{done}/{total}", **left)
+        self.run.progress(self.iteration, phase, done, total)
 
     def iteration_step(self) -> dict:
         """One iteration; its metrics. The algorithm's part."""
@@ -341,9 +311,9 @@ class TrainerBase:
             written.append(checkpoint.save(folder, self.iteration, self.model, self.processor or self.tokenizer,
                                            tensors, meta, keep=self.config.saving.total_limit, state_dict=weights))
 
-        with progress.step(f"writing checkpoint-{self.iteration}") as note:
-            save_or_keep(write, self.output_dir, f"checkpoint-{self.iteration}")  # a full disk loses no weights
-            note.append(f"{checkpoint.size_bytes(written[-1]) / 1e6:.0f} MB")
+        # a full disk loses no weights
+        self.run.save(write, f"checkpoint-{self.iteration}", f"writing checkpoint-{self.iteration}",
+                      note=lambda: f"{checkpoint.size_bytes(written[-1]) / 1e6:.0f} MB")
         return written[-1]
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:

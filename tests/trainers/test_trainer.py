@@ -482,8 +482,8 @@ def test_the_bar_moves_inside_long_phases(tokenizer, tmp_path, monkeypatch):
         update.print = print
         return update
 
-    monkeypatch.setattr("trainers.base.progress.bar", bar)
-    monkeypatch.setattr("trainers.base.PROGRESS_EVERY_S", 0)  # every step shown (the tiny model's are fast)
+    monkeypatch.setattr("trainers.run.progress.bar", bar)
+    monkeypatch.setattr("trainers.run.PROGRESS_EVERY_S", 0)  # every step shown (the tiny model's are fast)
     cfg = config(tmp_path, filter="top_p", mini_batch_size=4, ppo_epochs=2, filter_metric="entropy",
                  gradient_analysis_every=1)
     trainer = Trainer(make_model(tokenizer), SMOKE, cfg, tokenizer=tokenizer, rollout_policy=SeededReplies(tokenizer))
@@ -503,7 +503,7 @@ def test_the_bar_moves_inside_long_phases(tokenizer, tmp_path, monkeypatch):
     columns = steps("MI scoring: first turn column")
     assert columns and len(columns) == int(columns[0].split("/")[1]) >= 2
     # by default fast steps are shown at most every PROGRESS_EVERY_S, so a log file is not flooded
-    monkeypatch.setattr("trainers.base.PROGRESS_EVERY_S", 3600)
+    monkeypatch.setattr("trainers.run.PROGRESS_EVERY_S", 3600)
     trainer._bar, shown[:] = bar(1, "it"), []
     for done in range(3):
         trainer._progress("a phase", done, 3)
