@@ -100,6 +100,11 @@ PANELS = [("Held-out", "share of episodes", True), ("Task", "share of episodes",
           ("MI (nats/token)", "nats per token", False), ("Entropy (nats/token)", "nats per token", False),
           ("Reward variance", "variance", False), ("RV spread (std/mean)", "ratio", False),
           ("Filter", "share of groups", True), ("MI z-score (EMA)", "z (standard deviations)", False)]
+# An SFT warm start's metrics.jsonl (trainers/sft.py): a record every few optimizer steps, "iteration" the step.
+SFT_LOSS = "loss/sft"
+SFT_METRICS = [Metric(SFT_LOSS, "sft_loss", "mean log-loss of the demonstrated reply tokens over the steps since the "
+                      "last record", "", "Warm-start loss")]
+SFT_PANELS = [("Warm-start loss", "nats per token", False)]
 
 
 def metric_table() -> str:
@@ -121,11 +126,12 @@ class MetricsLogger:
     ``metrics.abandoned.jsonl``, so ``metrics.jsonl`` holds exactly one record per iteration and
     nothing is thrown away.
 
-    ``report_to``: TrainerConfig's; ``run_config``: the run's record (config.json), W&B's config.
+    ``report_to``: TrainerConfig's, or None for the two files alone; ``run_config``: the run's record
+    (config.json), W&B's config.
     """
 
-    def __init__(self, output_dir: str | Path, keep_iterations: int = 0, report_to: str = TrainerConfig.report_to,
-                 run_config: dict | None = None):
+    def __init__(self, output_dir: str | Path, keep_iterations: int = 0,
+                 report_to: str | None = TrainerConfig.report_to, run_config: dict | None = None):
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.dir / "metrics.jsonl"
@@ -138,7 +144,7 @@ class MetricsLogger:
         trim_csv(self.dir / GROUP_RV_FILE, keep_iterations)  # the iterations trained again
         set_aside_rollouts(self.dir, keep_iterations)
         self._printed_header = False
-        self._tb = tensorboard_writer(self.dir, keep_iterations, report_to)
+        self._tb = tensorboard_writer(self.dir, keep_iterations, report_to) if report_to else None
         self.wandb = None
         if report_to == "wandb":
             from trainers.tracking import WandbRun
@@ -307,20 +313,22 @@ COUNTED = {"Held-out": "val/episodes", "Task": "rollout/episodes"}
 
 
 def draw(records: list[dict], title: str):
-    """The figure of ``plot_run``."""
+    """The figure of ``plot_run`` (an SFT warm start's records: its loss alone, by step)."""
     from matplotlib.ticker import MaxNLocator
 
     plt = pyplot()
 
-    columns = 3
-    rows = -(-len(PANELS) // columns)
+    sft = all(SFT_LOSS in r for r in records)
+    panels, metrics = (SFT_PANELS, SFT_METRICS) if sft else (PANELS, METRICS)
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.2 * rows + 0.6), squeeze=False)
     scored = [r for r in records if "mi/empty_reasoning_rate" in r]  # not the validation before the first
     no_reasoning = bool(scored) and all(r["mi/empty_reasoning_rate"] == 1.0 for r in scored)
     first, last = min(r["iteration"] for r in records), max(r["iteration"] for r in records)
     margin = 0.05 * (last - first) or 0.5  # every panel spans the run, the sparse ones (MI, validation) too
-    for ax, (panel, unit, share) in zip(axes.flat, PANELS):
-        drawn = [m for m in METRICS if m.panel == panel]
+    for ax, (panel, unit, share) in zip(axes.flat, panels):
+        drawn = [m for m in metrics if m.panel == panel]
         counted = COUNTED.get(panel)
         for order, m in enumerate(drawn):
             # the records that hold it: MI every mi_every iterations, validation every eval_steps
@@ -340,7 +348,7 @@ def draw(records: list[dict], title: str):
         n = sorted({r[counted] for r in records if r.get(counted)}) if counted else []
         ax.set_title(panel + (f" ({n[0]} episodes a point)" if len(n) == 1 else
                               f" ({n[0]}-{n[-1]} episodes a point)" if n else ""), fontsize=10)
-        ax.set_xlabel("iteration")
+        ax.set_xlabel("step" if sft else "iteration")
         ax.set_ylabel(unit)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -358,7 +366,7 @@ def draw(records: list[dict], title: str):
             ax.text(0.5, 0.5, "no data" + why, ha="center", va="center", transform=ax.transAxes, color="grey")
             ax.set_xticks([])
             ax.set_yticks([])
-    for ax in list(axes.flat)[len(PANELS):]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -15,7 +15,8 @@ policy succeeds sometimes, not always: groups then differ in reward and RL has a
 An episode trains as one sequence (``episodes``): each turn's prompt extends the previous prompt and
 reply, exactly as RL rollouts chain them, so the last prompt plus the last reply holds every turn
 and is run once instead of once per turn. The loss is the mean log-loss of the reply tokens only
-(prompt and observation tokens are context).
+(prompt and observation tokens are context); the output folder's ``metrics.jsonl`` gets its mean every
+few steps (``ragen plot`` draws it).
 Training updates the top layers (``freeze_layers`` bottom decoder layers and the embeddings stay as
 they are) with AdamW, in fp32. The result is a normal model folder: ``ragen eval --model`` and
 ``ragen train --model`` take it.
@@ -35,11 +36,14 @@ import numpy as np
 import torch
 
 from ragen_envs.agent import ChatEnv, chat_encoding, progress
-from ragen_envs.agent.outputs import check_writable, save_or_keep
 from ragen_envs.registry import ENVIRONMENTS
 from ragen_envs.agent.parsing import ACTION_SEPARATOR, THINK_OPEN
 from trainers.config import SFTConfig
+from trainers.metrics import SFT_LOSS
 from trainers.model import model_name, prepare_model
+from trainers.run import Run
+
+LOG_RECORDS = 100  # about this many records in metrics.jsonl a warm start: each one is synced to disk
 
 
 @dataclass
@@ -175,33 +179,16 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
     cached = reused(name, env_ids, config)
     if cached is not None:
         return cached
-    check_writable(out, "the warm-started model")
+    # the folder's own rule (``reused``) has refused another warm start; a model folder's config.json is the model's
+    run = Run(out, what="the warm-started model")
+    run.check_writable()
     model, tokenizer = prepare_model(model, tokenizer, device, config.freeze_layers)
     model.train()
     with progress.step(f"playing {config.episodes} oracle episodes per env"):
         demos = demonstrations(env_ids, tokenizer, config)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
-    rng = random.Random(config.seed)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     sequences = episodes(demos)
-    losses = []
-    steps = config.epochs * -(-len(sequences) // config.batch_size)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(_lr_factor, config.lr_schedule, steps))
-    bar = progress.bar(steps, "step", "warm start")
-    for _ in range(config.epochs):
-        order = list(range(len(sequences)))
-        rng.shuffle(order)
-        for start in range(0, len(order), config.batch_size):
-            batch = [sequences[i] for i in order[start:start + config.batch_size]]
-            loss = sft_loss(model, batch, pad, device)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            scheduler.step()
-            losses.append(loss.item())
-            bar(len(losses), loss=f"{losses[-1]:.3f}")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    losses = train(model, sequences, pad, config, device, run)
     for p in model.parameters():
         p.requires_grad_(True)
     model.eval()
@@ -216,9 +203,41 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
         tokenizer.save_pretrained(folder)
         (folder / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
 
-    with progress.step(f"saving the warm-started model to {out}"):
-        save_or_keep(save, out, "the warm-started model")
+    run.save(save, "the warm-started model", f"saving the warm-started model to {out}")
     return record
+
+
+def train(model, sequences: list[Episode], pad: int, config: SFTConfig, device, run: Run) -> list[float]:
+    """``config.epochs`` passes over ``sequences`` in shuffled batches; the loss of each step. ``run`` shows
+    them on its bar and logs their mean every few steps (``LOG_RECORDS``)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    rng = random.Random(config.seed)
+    steps = config.epochs * -(-len(sequences) // config.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(_lr_factor, config.lr_schedule, steps))
+    run.open_log(report_to=None)  # an interrupted start's records are set aside as abandoned
+    run.start_bar(steps, "step", "warm start")
+    every, logged, losses = max(1, steps // LOG_RECORDS), 0, []
+    for epoch in range(config.epochs):
+        order = list(range(len(sequences)))
+        rng.shuffle(order)
+        for start in range(0, len(order), config.batch_size):
+            batch = [sequences[i] for i in order[start:start + config.batch_size]]
+            loss = sft_loss(model, batch, pad, device)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            rate = scheduler.get_last_lr()[0]  # this step's
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+            run.show(len(losses), loss=f"{losses[-1]:.3f}")
+            if len(losses) % every == 0 or len(losses) == steps:
+                run.log({"iteration": len(losses), "epoch": epoch + 1, "learning_rate": rate,
+                         SFT_LOSS: sum(losses[logged:]) / (len(losses) - logged)}, print_row=False)
+                logged = len(losses)
+    run.close(plot=False)
+    return losses
 
 
 def _made_from(name: str, env_ids: list[str], config: SFTConfig) -> dict:

@@ -104,6 +104,23 @@ def test_warm_start_lowers_the_loss_and_saves_a_model_eval_can_load(tiny_model, 
     assert (tmp_path / "warm" / "warm_start.json").is_file()
 
 
+def test_a_warm_start_logs_its_loss_for_ragen_plot(tiny_model, tokenizer, tmp_path):
+    import copy
+
+    from trainers.metrics import draw, read_metrics
+
+    out = tmp_path / "warm"
+    cfg = SFTConfig(episodes=3, imperfect=0.0, epochs=2, batch_size=2, freeze_layers=0, output_dir=str(out))
+    record = warm_start(copy.deepcopy(tiny_model), [SMOKE], cfg, tokenizer=tokenizer)
+    logged = read_metrics(out)
+    assert [r["iteration"] for r in logged] == list(range(1, record["steps"] + 1))  # few steps: every one
+    assert logged[0]["loss/sft"] == pytest.approx(record["first_loss"])
+    assert logged[-1]["loss/sft"] == pytest.approx(record["last_loss"]) and logged[-1]["epoch"] == 2
+    assert json.loads((out / "config.json").read_text())["model_type"]  # the model's config.json, not a run's
+    fig = draw(logged, "warm")
+    assert [ax.get_title() for ax in fig.axes] == ["Warm-start loss"] and len(fig.axes[0].get_lines()) == 1
+
+
 def test_bad_settings():
     with pytest.raises(ValueError, match="imperfect"):
         SFTConfig(imperfect=1.5)
