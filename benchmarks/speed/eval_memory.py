@@ -8,6 +8,7 @@ to the unbounded run's; the episodes are the same (same seeds, same replies: a d
 
     python benchmarks/speed/eval_memory.py                     # Sokoban, 8 x 4 episodes of 5 turns
     python benchmarks/speed/eval_memory.py --groups 2 --max-turns 2 --bounds none,0   # a quick look
+    python benchmarks/speed/eval_memory.py --forward-batch 4       # fewer rows in flight in each forward pass
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
 import findings  # noqa: E402
 
+from ragen_envs.agent.backends.base import FORWARD_BATCH  # noqa: E402
 from ragen_envs.registry import env_for  # noqa: E402
 
 # one setting's run, in a process of its own so that its peak is its own
@@ -30,7 +32,7 @@ from ragen_envs.agent import ChatEnvConfig, RolloutConfig, RolloutRunner, Sampli
 from ragen_envs.agent.backends.transformers import TransformersPolicy
 from ragen_envs.agent.trajectory import rollout_metrics
 a = json.loads(sys.argv[1])
-policy = TransformersPolicy(a["model"], device="cpu", kept_cache_mb=a["bound"])
+policy = TransformersPolicy(a["model"], device="cpu", kept_cache_mb=a["bound"], batch_size=a["forward_batch"])
 config = RolloutConfig(n_groups=a["groups"], group_size=a["group_size"], seed=0,
                        chat=ChatEnvConfig(max_turns=a["max_turns"]),
                        sampling=SamplingConfig(temperature=1.0, max_new_tokens=a["max_new_tokens"], seed=0))
@@ -58,12 +60,15 @@ def main(argv=None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--bounds", default="none,1024,256",
                    help="comma-separated kept-cache bounds in MB, 'none' for no bound (the first is the baseline)")
+    p.add_argument("--forward-batch", type=int, default=FORWARD_BATCH,
+                   help="rows one forward pass runs (the backend's --forward-batch), for every setting")
     p.add_argument("--out", default="benchmarks/results/eval_memory/result.json")
     args = p.parse_args(argv)
     runs = {}
     for text in args.bounds.split(","):
         setting = dict(env=args.env, model=args.model, groups=args.groups, group_size=args.group_size,
-                       max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, bound=bound(text))
+                       max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, bound=bound(text),
+                       forward_batch=args.forward_batch)
         done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(setting)], capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"the run with bound {text} failed:\n{done.stderr[-2000:]}")
