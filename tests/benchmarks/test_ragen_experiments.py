@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "stu
 import findings  # noqa: E402
 import ragen_experiments as rx  # noqa: E402
 from ragen_envs.diagnose.filtering import select  # noqa: E402
-from ragen_envs.registry import env_for_task  # noqa: E402
+from ragen_envs.registry import ENVIRONMENTS, env_for_task  # noqa: E402
 from trainers import TrainerConfig  # noqa: E402
 
 from tests.trainers.test_trainer import SeededReplies  # noqa: E402
@@ -211,7 +211,7 @@ def test_the_search_benchmark_is_ragens_on_the_catalogues_searchqa():
     (only,) = labelled(["search-benchmark", "--model", "m"]).items()
     name, (labels, c) = only
     assert name == "search/PPO-nofilter-seed0" and labels == {"algo": "PPO", "filter": "nofilter", "seed": 0}
-    assert env_for_task("search") == "Ragen/SearchQA-v0"
+    assert ENVIRONMENTS[env_for_task("search")].package == "searchqa"  # the catalogue's SearchQA entry
     assert picked(c, *FILTER) == ("top_p", 1.0, True, "linear", "largest", "std")
     assert picked(c, *MAIN_PPO) == ("ppo", "gae", "dapo", 0.0, 0.001, "none", 200)
     assert (c.rollout.n_groups, c.rollout.group_size, c.mini_batch_size, c.rollout.chat.max_turns) == (16, 8, 32, 5)
