@@ -249,7 +249,7 @@ def test_openai_score_needs_prompt_logprobs(server, tokenizer):
 
 
 def test_a_prompt_is_prefilled_for_its_last_positions_logits_only(tiny_policy, monkeypatch):
-    """The logits of every prompt position (rows x tokens x vocabulary) were an evaluation's peak memory:
+    """The logits of every prompt position (rows x tokens x vocabulary) were a prefill's largest transient:
     the prefill asks the model for the last position's only, and the generations do not change."""
     from ragen_envs.agent.backends import transformers as backend
 

@@ -240,7 +240,7 @@ class TransformersPolicy(Policy):
                 layers.append((torch.stack(keys), torch.stack(values)))
             cache = DynamicCache(ddp_cache_data=layers)
         # generation reads the last position's logits only; all of them (rows x tokens x vocabulary, in fp32)
-        # were an evaluation's peak memory: 16 prompts of 1,500 tokens x 49k tokens of vocabulary = 4.7 GB
+        # were a prefill's largest transient: 16 whole prompts of 1,500 tokens x a 49k vocabulary = 4.7 GB
         last = {"logits_to_keep": 1} if keeps_last_logits(type(self.model)) else {}
         logits, cache = forward(self.model, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions,
                                 **self._pixels(list(zip(new, images))), **last)
