@@ -60,10 +60,9 @@ def wheel_python(tmp_path_factory) -> str:
     """The python of a fresh virtual environment, outside the repository, holding the wheel built from this
     checkout (pip, no index); the wheel's dependencies are this environment's site-packages, appended to its
     path by a .pth file (whose own .pth files, such as the editable install's finder, Python does not read)."""
+    import shutil
     import site
     import sysconfig
-
-    import shutil
 
     where = tmp_path_factory.mktemp("wheel")
     source = where / "source"  # a copy of what the wheel is built from: a build in the checkout writes build/

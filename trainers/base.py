@@ -174,14 +174,6 @@ class TrainerBase:
     def plot_path(self) -> Path | None:
         return self.run.plot_path
 
-    @property
-    def _bar(self):
-        return self.run.bar
-
-    @_bar.setter
-    def _bar(self, bar) -> None:
-        self.run.bar = bar
-
     def write_config(self) -> Path:
         return self.run.write_record()
 

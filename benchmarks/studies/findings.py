@@ -746,8 +746,8 @@ def run_cells(args, out: Path, model: str, cells: list[tuple[str, dict, Scale, i
               configure=None) -> list[dict]:
     """Run (or read back) each cell ``(name, labels, scale, seed, trainer fields)`` on ``env``, with ``model``
     or the one its labels name (``model``: each cell its own); a row per cell: its labels, its result and its
-    lift over the untrained model (``with_starts``). ``configure(scale,
-    seed, fields)`` makes a cell's TrainerConfig (default: ``trainer_config`` with ``training(args)``).
+    lift over the untrained model (``with_starts``). ``configure(scale, seed, fields)`` makes a cell's
+    TrainerConfig (default: ``trainer_config`` with ``training(args)``).
     ``--workers`` N trains N cells at once in separate processes (a small model trains faster on one core
     each than on all cores together)."""
     if getattr(args, "finished_only", False):

@@ -90,6 +90,8 @@ ALGORITHMS = {"PPO": "ppo", "DAPO": "dapo", "GRPO": "grpo", "DrGRPO": "drgrpo"}
 # every script's filter: top-p over the groups' reward std, largest first, whole groups, no loss scaling
 FILTER = {"filter": "top_p", "filter_metric": "std", "filter_order": "largest", "filter_loss_scaling": "none"}
 SOFTMAX = {**FILTER, "filter_prob_mode": "softmax"}
+# the scripts' common_overrides: the KL loss off (its type low-var-kl, its coefficient then unused), entropy 0.001
+COMMON = {"beta": 0.0, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001}
 
 
 def filtered(on: bool, top_p: float = 0.9, include_zero: bool = False) -> dict:
@@ -104,8 +106,7 @@ def main_table(args) -> list:
     """run_main_table_diff_algo.sh: each task x algorithm x filter; KL off, entropy 0.001, top-p 0.9 over the
     softmax with zero-variance groups kept (so nofilter, top-p 1.0, keeps all)."""
     return [(task, f"{algo}-{name}", {"task": task, "algo": algo, "filter": name},
-             {"algorithm": ALGORITHMS[algo], **SOFTMAX, **filtered(name == "filter", include_zero=True),
-              "beta": 0.0, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001})
+             {"algorithm": ALGORITHMS[algo], **SOFTMAX, **filtered(name == "filter", include_zero=True), **COMMON})
             for task in args.tasks for algo in args.algos for name in args.filters]
 
 
@@ -264,8 +265,7 @@ def search_benchmark(args) -> list:
     return [(args.tasks[0], "-".join([algo, label] + ([findings.model_slug(model)] if model else [])),
              {**({"model": model} if model else {}), "algo": algo, "filter": label},
              {"algorithm": ALGORITHMS[algo], **FILTER, "filter": args.filter_strategy, "filter_value": v,
-              "filter_prob_mode": "linear", "include_zero": True, "beta": 0.0, "kl_loss_type": "low_var_kl",
-              "entropy_coef": 0.001, "eval_episodes": 256})
+              "filter_prob_mode": "linear", "include_zero": True, **COMMON, "eval_episodes": 256})
             for model in args.models or [None] for algo in args.algos for v in values
             for label in [filter_label(args.filter_strategy, v)]]
 
@@ -289,7 +289,7 @@ def webshop_small(args) -> list:
     return [(args.tasks[0], f"{algo}-{name}-{findings.model_slug(model)}",
              {"model": model, "algo": algo, "filter": name},
              {"algorithm": ALGORITHMS[algo], **FILTER, "filter_prob_mode": "linear", **filtered(name == "filter"),
-              "beta": 0.0, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001, "eval_episodes": 128})
+              **COMMON, "eval_episodes": 128})
             for model, algo in combos(args) for name in args.filters]
 
 
@@ -304,8 +304,7 @@ def webshop_release(args) -> list:
     KL off, entropy 0.001, 100 iterations of 16 x 8 (minibatches of 32), 9 turns, validation on 256 episodes."""
     return [(args.tasks[0], f"GRPO-{name}", {"filter": name},
              {"algorithm": "grpo", **FILTER, "filter": strategy, "filter_value": value, "filter_prob_mode": "linear",
-              "include_zero": True, "beta": 0.0, "kl_loss_type": "low_var_kl", "entropy_coef": 0.001,
-              "eval_episodes": 256})
+              "include_zero": True, **COMMON, "eval_episodes": 256})
             for name in args.filters for strategy, value in [WEBSHOP_RELEASE[name]]]
 
 
@@ -336,11 +335,11 @@ DESIGNS = {
     # advantage is exactly 0, so only the entropy bonus acts on it), entropy 0.02 under the reply cap
     "collapse-frozenlake": {"algorithm": "drgrpo", "beta": 0.0, "entropy_coef": 0.02, "mi_every": 2,
                             "env_kwargs": {"solution_lengths": [1, 6]}},
-    # C: Sokoban (coordinates), +1 on the solve only, one-push levels and eight-move ones in the 10-move
-    # budget, PPO with its critic at 10x the actor, KL (k3) 0.01 to the start and entropy 0.01
     # A: the slip sweep's one collapse-and-rescue (FrozenLake at slip 0.8, the organism preset: GRPO, MI every
     # iteration), run twice as long with more seeds and a random control
     "collapse-slip": {"env_kwargs": {"slip": 0.8}},
+    # C: Sokoban (coordinates), +1 on the solve only, one-push levels and eight-move ones in the 10-move
+    # budget, PPO with its critic at 10x the actor, KL (k3) 0.01 to the start and entropy 0.01
     "collapse-sokoban": {"algorithm": "ppo", "beta": 0.01, "kl_loss_type": "low_var_kl", "entropy_coef": 0.01,
                          "mi_every": 2, "env_kwargs": {"reward": "success", "solution_lengths": [1, 8]}},
 }
