@@ -5,14 +5,14 @@
     from_scratch(["Ragen/FrozenLakeCoord-v0"], organism_sft(output_dir="runs/organism"), OrganismArchitecture())
 
 Its tokenizer is a byte-level BPE learnt from the envs' own text (the prompts, observations and oracle
-replies of ``corpus_episodes`` oracle episodes per env). Merges may cross spaces, so the env's fixed
-phrases become a few tokens (sequences 2-3x shorter than word-level, which is what bounds a step's
-time), while a coordinate pair ``(r, c)``, any other digit and each of the env's action names are
-always tokens of their own: a position or a move is then the same token in an observation, a reasoning
-and an answer, which a decoder this small learns to copy (on held-out FrozenLakeCoord maps, 0.66 of
-greedy replies state the player's position right; 0.25 when each digit is a token, about 0.1 when a
-pair's pieces merge with their neighbours). Any text still round-trips exactly (a word-level
-vocabulary would lose what it never saw). The chat markers are special tokens; ``<think>``,
+replies of ``corpus_episodes`` demonstrated episodes per env: ``sft.oracle_texts``, the warm start's first
+episodes). Merges may cross spaces, so the env's fixed phrases become a few tokens (sequences 2-3x shorter
+than word-level, which is what bounds a step's time), while a coordinate pair ``(r, c)``, any other digit
+and each of the env's action names are always tokens of their own: a position or a move is then the same
+token in an observation, a reasoning and an answer, which a decoder this small learns to copy (on held-out
+FrozenLakeCoord maps, 0.66 of greedy replies state the player's position right; 0.25 when each digit is a
+token, about 0.1 when a pair's pieces merge with their neighbours). Any text still round-trips exactly (a
+word-level vocabulary would lose what it never saw). The chat markers are special tokens; ``<think>``,
 ``</think>``, ``<answer>`` and ``</answer>`` are whole tokens that decoding keeps.
 
 Its model is a Llama-style decoder of ``layers`` x ``width`` (about 0.6M parameters with the default
@@ -26,7 +26,6 @@ vLLM backend: not tried here).
 from __future__ import annotations
 
 import json
-import random
 import re
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -35,28 +34,12 @@ import torch
 
 from ragen_envs.agent import ChatEnv
 from trainers.config import OrganismArchitecture, SFTConfig, organism_sft
-from trainers.sft import oracle_turn, reused, warm_start
+from trainers.sft import oracle_texts, reused, warm_start
 
 SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>"]
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def corpus(env_ids: list[str], sft: SFTConfig, episodes: int):
-    """The text of oracle episodes: every message (instructions, observations, feedback) and reply."""
-    rng = random.Random(sft.seed)
-    for env_id in env_ids:
-        chat = ChatEnv(env_id, sft.chat, sft.max_new_tokens)
-        for episode in range(episodes):
-            chat.reset(seed=sft.seed + episode)
-            while not chat.done:
-                text = oracle_turn(chat, rng, sft)[0]
-                if text is None:
-                    break
-                chat.step(sft.chat.prefill + text)
-            yield from (m["content"] for m in chat.messages)
-        chat.close()
 
 
 def action_words(env_ids: list[str]) -> list[str]:
@@ -125,7 +108,7 @@ def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: Org
     cached = reused(organism_name(organism), env_ids, sft)  # before learning a tokenizer it would not need
     if cached is not None:
         return cached
-    tokenizer = build_tokenizer(corpus(env_ids, sft, organism.corpus_episodes), organism.vocab_size,
+    tokenizer = build_tokenizer(oracle_texts(env_ids, sft, organism.corpus_episodes), organism.vocab_size,
                                 action_words(env_ids))
     model = build_model(tokenizer, organism, sft.seed)
     return warm_start(model, env_ids, sft, tokenizer=tokenizer, device=device)

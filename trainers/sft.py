@@ -55,28 +55,49 @@ class Demo:
     oracle: bool  # False for an imperfect (random) turn
 
 
-def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Demo]:
-    """Oracle episodes of each env as per-turn (prompt, reply) token pairs."""
+def oracle_play(env_ids: list[str], config: SFTConfig, episodes: int):
+    """Play ``episodes`` demonstrated episodes of each env through ``ChatEnv`` (env seeds from
+    ``config.seed``). Yields ``(chat, seed, text, oracle)`` before each reply ``text`` is played (the
+    chat's messages are then its prompt) and ``(chat, seed, None, True)`` when an episode ends (its
+    messages are then the whole episode). One random generator (``config.seed``) serves every turn, so
+    the corpus and the demonstrations of a seed play the same episodes."""
     rng = random.Random(config.seed)
-    prefill = config.chat.prefill
-    prefill_ids = chat_encoding.tokenize(tokenizer, prefill) if prefill else []
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    demos = []
     for env_id in env_ids:
         chat = ChatEnv(env_id, config.chat, config.max_new_tokens)
-        for episode in range(config.episodes):
+        for episode in range(episodes):
             seed = config.seed + episode
-            prompt = chat_encoding.encode_chat(tokenizer, chat.reset(seed=seed)) + prefill_ids
+            chat.reset(seed=seed)
             while not chat.done:
                 text, oracle = oracle_turn(chat, rng, config)
                 if text is None:
                     break
-                reply = chat_encoding.tokenize(tokenizer, text) + eos
-                demos.append(Demo(env_id, seed, prompt, reply, oracle))
-                chat.step(prefill + text)
-                if not chat.done:
-                    prompt = chat_encoding.extend(tokenizer, prompt, reply, chat.messages, prefill)
+                yield chat, seed, text, oracle
+                chat.step(config.chat.prefill + text)
+            yield chat, seed, None, True
         chat.close()
+
+
+def oracle_texts(env_ids: list[str], config: SFTConfig, episodes: int):
+    """The text of demonstrated episodes: every message (instructions, observations, feedback) and
+    reply; what the model organism's tokenizer learns from."""
+    for chat, _, text, _ in oracle_play(env_ids, config, episodes):
+        if text is None:
+            yield from (m["content"] for m in chat.messages)
+
+
+def demonstrations(env_ids: list[str], tokenizer, config: SFTConfig) -> list[Demo]:
+    """Demonstrated episodes of each env as per-turn (prompt, reply) token pairs."""
+    prefill = config.chat.prefill
+    prefill_ids = chat_encoding.tokenize(tokenizer, prefill) if prefill else []
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    demos, prompt = [], None
+    for chat, seed, text, oracle in oracle_play(env_ids, config, config.episodes):
+        if text is None:  # the episode ended: the next turn opens a new prompt
+            prompt = None
+            continue
+        prompt = (chat_encoding.encode_chat(tokenizer, chat.messages) + prefill_ids if prompt is None
+                  else chat_encoding.extend(tokenizer, prompt, demos[-1].response_ids, chat.messages, prefill))
+        demos.append(Demo(chat.env_id, seed, prompt, chat_encoding.tokenize(tokenizer, text) + eos, oracle))
     return demos
 
 

@@ -12,7 +12,8 @@ from ragen_envs.cli.commands import parse
 from ragen_envs.registry import env_for
 from trainers.config import ORGANISM_SFT, OrganismArchitecture, SFTConfig
 from trainers.sft import _lr_factor
-from trainers.organism import build_model, build_tokenizer, corpus, from_scratch
+from trainers.organism import build_model, build_tokenizer, from_scratch
+from trainers.sft import oracle_texts
 from conftest import SMOKE
 
 SMALL = OrganismArchitecture(layers=2, width=64, heads=2, corpus_episodes=10)
@@ -20,7 +21,7 @@ SMALL = OrganismArchitecture(layers=2, width=64, heads=2, corpus_episodes=10)
 
 def test_the_tokenizer_learns_the_envs_text_round_trips_and_keeps_the_tags_whole():
     demo = env_for("demo")  # its observations state coordinates
-    texts = list(corpus([demo], SFTConfig(), 10))
+    texts = list(oracle_texts([demo], SFTConfig(), 10))
     tokenizer = build_tokenizer(texts, 2000)
     prompt = "\n".join(m["content"] for m in ChatEnv(demo).reset(seed=123))
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
