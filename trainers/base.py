@@ -21,7 +21,6 @@ from ragen_envs.agent.baseline import held_out_config, play_held_out, summarise_
 from ragen_envs.agent.default_model import load_processor
 from ragen_envs.agent.rollout import NO_MODEL, check_envs
 from ragen_envs.agent.trajectory import rollouts_path, save_jsonl
-from ragen_envs.diagnose import mi
 from ragen_envs.registry import env_for
 from trainers import checkpoint, lora
 from trainers.batch import Sample, collate
@@ -144,10 +143,8 @@ class TrainerBase:
                                   *(self.critic_trunk.parameters() if self.critic_trunk else [])] if p.requires_grad]
             groups.append({"params": critic, "lr": cfg.critic_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
-        self.mi_emas = mi.scope_emas()
-        self.kl_coef = cfg.kl_reward.coef  # the in-reward KL's coefficient, which an adaptive controller moves
         self.iteration = 0
-        self.empty_filter_streak = 0  # iterations in a row in which the filter kept nothing
+        self.rl = checkpoint.RLState(kl_coef=cfg.kl_reward.coef)
         self.think_ids = list(self.tokenizer("<think>", add_special_tokens=False)["input_ids"])
         if resume is not None:
             self._load_checkpoint(resume, resume_state)
@@ -207,7 +204,7 @@ class TrainerBase:
             self.iteration += 1
             metrics["iteration"] = self.iteration
             # The streak comes from the global filter, so every rank stops at the same iteration.
-            stop = bool(cfg.filter_empty_stop) and self.empty_filter_streak >= cfg.filter_empty_stop
+            stop = bool(cfg.filter_empty_stop) and self.rl.empty_filter_streak >= cfg.filter_empty_stop
             every = cfg.evaluation.steps
             if every and (self.iteration % every == 0 or self.iteration == cfg.num_iterations or stop):
                 metrics.update(self.validate())
@@ -223,7 +220,7 @@ class TrainerBase:
                 self.save_checkpoint()  # on every rank: a sharded model is gathered first; rank 0 writes
             if stop:
                 if self.logger is not None:
-                    print(f"stopping early: the filter kept nothing for {self.empty_filter_streak} iterations in a "
+                    print(f"stopping early: the filter kept nothing for {self.rl.empty_filter_streak} iterations in a "
                           f"row (filter_empty_stop={cfg.filter_empty_stop}; RAGEN's rollout_filter_empty_stop_steps)",
                           flush=True)
                 break
@@ -293,8 +290,7 @@ class TrainerBase:
         tensors = {"optimizer": optimizer_state,
                    "value_head": None if self.value_head is None else self.value_head.state_dict(),
                    "critic": None if self.critic_trunk is None else self.critic_trunk.state_dict()}
-        meta = {"iteration": self.iteration, **self.runner.state_dict(),
-                "mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()}, "kl_coef": self.kl_coef,
+        meta = {"iteration": self.iteration, **self.runner.state_dict(), **self.rl.state_dict(),
                 "model": self.model_name, "config": self.config.to_dict()}
         written = []
 
@@ -322,8 +318,4 @@ class TrainerBase:
                              f"({str(error).splitlines()[0]})") from None
         self.iteration = state["iteration"]
         self.runner.load_state_dict(state)  # every rank continues its own seed sequence
-        if self.config.kl_reward.ctrl == "adaptive":  # where it moved to (checkpoints from before it lack it)
-            self.kl_coef = state.get("kl_coef", self.kl_coef)
-        for name, ema_state in state["mi_ema"].items():
-            if name in self.mi_emas:
-                self.mi_emas[name].load_state_dict(ema_state)
+        self.rl.load_state_dict(state, adaptive_kl=self.config.kl_reward.ctrl == "adaptive")

@@ -1,6 +1,6 @@
 """Checkpoint folders: ``checkpoint-<iteration>`` holding the model and tokenizer (transformers
 format, so ``ragen eval --model`` takes it), ``trainer.pt`` (optimizer, value head) and
-``trainer_state.json`` (iteration, rollout calls, MI EMA, model, config). A folder is written beside
+``trainer_state.json`` (iteration, rollout calls, ``RLState``, model, config). A folder is written beside
 its final name and renamed, so it is complete or absent. A LoRA run's (``trainers.lora``) holds the merged
 model there and its adapter in ``adapter/`` (adapter_config.json, adapter_model.safetensors: peft's format).
 
@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from ragen_envs.diagnose import mi
 from trainers import lora
 
 STATE_FILE = "trainer_state.json"
@@ -24,6 +26,27 @@ WEIGHTS_FILE = "model.safetensors"
 REQUIRED = ("config.json", WEIGHTS_FILE, TENSORS_FILE, STATE_FILE)
 STATE_KEYS = ("iteration", "calls", "mi_ema", "config")
 NAME = re.compile(r"checkpoint-(\d+)$")
+
+
+@dataclass
+class RLState:
+    """What RL training carries from one iteration to the next besides the weights, the optimizer and the
+    rollout seeds; a checkpoint keeps all of it but the filter's streak, which restarts on resume."""
+    kl_coef: float  # the in-reward KL's coefficient, which an adaptive controller moves
+    mi_emas: dict = field(default_factory=mi.scope_emas)  # the MI proxies' running means, by scope
+    empty_filter_streak: int = 0  # iterations in a row in which the filter kept nothing
+
+    def state_dict(self) -> dict:
+        return {"mi_ema": {name: ema.state_dict() for name, ema in self.mi_emas.items()}, "kl_coef": self.kl_coef}
+
+    def load_state_dict(self, state: dict, adaptive_kl: bool) -> None:
+        """Continue from a checkpoint's ``state``; the KL coefficient only where an adaptive controller moves
+        it (checkpoints from before it lack it)."""
+        if adaptive_kl:
+            self.kl_coef = state.get("kl_coef", self.kl_coef)
+        for name, ema_state in state["mi_ema"].items():
+            if name in self.mi_emas:
+                self.mi_emas[name].load_state_dict(ema_state)
 
 
 def save(output_dir: Path, iteration: int, model, tokenizer, tensors: dict, meta: dict,

@@ -172,13 +172,13 @@ class Trainer(TrainerBase):
         for i in batch.chosen:
             mask = layout.mask(i)
             kl = alg.kl_estimate(layout.stat(stats, "logp", i), layout.stat(stats, "ref_logp", i), k.penalty) * mask
-            penalty[i] = self.kl_coef * kl
+            penalty[i] = self.rl.kl_coef * kl
             means.append(float(kl.sum() / mask.sum().clamp(min=1)))
         total, count = all_reduce([sum(means), len(means)], self.world)
         current = total / max(count, 1)
-        metrics.update({"kl/reward_kl": current, "kl/reward_coef": self.kl_coef})
+        metrics.update({"kl/reward_kl": current, "kl/reward_coef": self.rl.kl_coef})
         if steer and k.ctrl == "adaptive":
-            self.kl_coef = alg.adaptive_kl_coef(self.kl_coef, current, k.target, k.horizon, int(count))
+            self.rl.kl_coef = alg.adaptive_kl_coef(self.rl.kl_coef, current, k.target, k.horizon, int(count))
         return penalty
 
     def _advantage_factors(self, batch: "Prepared", metrics: dict) -> dict[int, float]:
@@ -250,7 +250,7 @@ class Trainer(TrainerBase):
         rng = mi.pair_rng(cfg.rollout.seed, self.iteration)
         with gathered(self.scorer, self.sharded):
             return mi.diagnostics(self.policy, trajectories, cfg.mi_first_turn_pairs, cfg.mi_trajectory_pairs, rng,
-                                  self.mi_emas, self.think_ids,
+                                  self.rl.mi_emas, self.think_ids,
                                   progress=lambda scope, done, total: self._progress(
                                       f"MI scoring: {scope} column", done, total))
 
@@ -302,8 +302,8 @@ class Trainer(TrainerBase):
         # a probe alone (exit_after_gradient_analysis) leaves the run folder as it was
         if cfg.log_group_rv_table and self.rank == 0 and not cfg.probe.only:
             self._log_group_rv(all_returns, kept, runner)
-        self.empty_filter_streak = 0 if len(kept) else self.empty_filter_streak + 1
-        metrics["filter/empty_streak"] = float(self.empty_filter_streak)
+        self.rl.empty_filter_streak = 0 if len(kept) else self.rl.empty_filter_streak + 1
+        metrics["filter/empty_streak"] = float(self.rl.empty_filter_streak)
         if filtering.strategy != "none" and 0 < metrics["filter/rv_std_over_mean"] <= LOW_RV_RATIO:
             warnings.warn(f"iteration {self.iteration + 1}: Std(RV)/Mean(RV) = "
                           f"{metrics['filter/rv_std_over_mean']:.2f} <= {LOW_RV_RATIO}: reward variance is "

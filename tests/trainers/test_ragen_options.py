@@ -291,7 +291,7 @@ def test_the_in_reward_kl_is_taken_off_the_rewards_logged_and_steered(tokenizer,
     batch = trainer._prepare(trainer._rollout(metrics), metrics)
     layout, probe = batch.layout, {}
     trainer._advantages(batch, probe)  # the gradient probe's call: logs, does not steer
-    assert trainer.kl_coef == 0.5
+    assert trainer.rl.kl_coef == 0.5
     advantages = trainer._advantages(batch, metrics, steer=True)
     kl = {i: alg.kl_estimate(layout.stat(batch.stats, "logp", i), layout.stat(batch.stats, "ref_logp", i), "kl")
           * layout.mask(i) for i in batch.chosen}
@@ -299,7 +299,7 @@ def test_the_in_reward_kl_is_taken_off_the_rewards_logged_and_steered(tokenizer,
     assert metrics["kl/reward_kl"] == pytest.approx(current, rel=1e-5) and metrics["kl/reward_coef"] == 0.5
     assert abs(current / 0.01 - 1) > 0.2  # far from the target: verl's rule moves the coefficient by its cap
     step = 0.2 * len(batch.chosen) / 100
-    assert trainer.kl_coef == pytest.approx(0.5 * (1 + step if current > 0.01 else 1 - step))
+    assert trainer.rl.kl_coef == pytest.approx(0.5 * (1 + step if current > 0.01 else 1 - step))
     by_hand = alg.advantages(layout, batch.chosen, "group", penalty={i: 0.5 * kl[i] for i in batch.chosen})
     plain = alg.advantages(layout, batch.chosen, "group")
     assert all(torch.allclose(advantages[i].advantages, by_hand[i].advantages, atol=1e-6) for i in batch.chosen)

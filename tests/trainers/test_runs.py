@@ -332,4 +332,4 @@ def test_an_adaptive_in_reward_kl_coefficient_resumes_where_it_moved_to(tokenize
     saved = json.loads((run / "checkpoint-1" / "trainer_state.json").read_text())["kl_coef"]
     assert coefs[0] == 0.5 and saved == coefs[1] != 0.5  # moved after iteration 1, taken so by iteration 2
     resumed = trainer(tokenizer, replace(cfg, resume_from_checkpoint=str(run / "checkpoint-1")))
-    assert resumed.kl_coef == saved
+    assert resumed.rl.kl_coef == saved
