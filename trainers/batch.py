@@ -78,6 +78,15 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
 
 
 @dataclass
+class OldPass:
+    """One micro-batch's no-grad pass before the update: per-token tensors of shape (rows, T-1), on the CPU."""
+    logp: torch.Tensor  # the policy's log-probabilities of the tokens taken
+    entropy: torch.Tensor  # the policy's token entropy
+    values: torch.Tensor | None  # the critic's values (None without a critic)
+    ref_logp: torch.Tensor | None = None  # the reference model's log-probabilities (None without one)
+
+
+@dataclass
 class Layout:
     """A batch's samples cut into micro-batches of ``size``: sample i is row ``i % size`` of
     micro-batch ``i // size``. The trainer reads every per-sample tensor through it."""
@@ -101,10 +110,10 @@ class Layout:
         b, r = self.locate(i)
         return self.batches[b].rewards[r]
 
-    def stat(self, stats: list, key: str, i: int) -> torch.Tensor:
-        """Sample ``i``'s row of a per-micro-batch statistic (``stats[b][key]``)."""
+    def stat(self, stats: list[OldPass | None], key: str, i: int) -> torch.Tensor:
+        """Sample ``i``'s row of a field of its micro-batch's no-grad pass (``stats[b].<key>``)."""
         b, r = self.locate(i)
-        return stats[b][key][r]
+        return getattr(stats[b], key)[r]
 
     def batches_holding(self, indices) -> list[int]:
         return sorted({self.locate(i)[0] for i in indices})

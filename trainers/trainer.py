@@ -53,7 +53,7 @@ from ragen_envs.diagnose.filtering import (LOW_RV_RATIO, REWARD_METRICS, filter_
 from trainers import algorithms as alg
 from trainers import gradient_probe, rewards
 from trainers.base import TrainerBase
-from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
+from trainers.batch import Layout, OldPass, collate, minibatches, trajectory_samples, update_steps
 from trainers.distributed import RANK_SEED_STRIDE, all_gather_rows, all_reduce, full_weights, gathered
 from trainers.filtering import scores_for
 from trainers.metrics import GROUP_RV_FILE, append_csv
@@ -64,7 +64,7 @@ from trainers.model import checkpointing
 class Prepared:
     """A rollout batch ready for the losses: laid out, its no-grad statistics, and what the filter kept."""
     layout: Layout
-    stats: list  # per micro-batch: the no-grad pass's tensors, or None where none was needed yet
+    stats: list[OldPass | None]  # per micro-batch: its no-grad pass, or None where none was needed yet
     chosen: list[int]  # this rank's sample indices to train on
     kept: np.ndarray  # the kept groups, as indices into all ranks' groups
     returns: np.ndarray  # all ranks' P x G episode returns
@@ -254,12 +254,12 @@ class Trainer(TrainerBase):
                                   progress=lambda scope, done, total: self._progress(
                                       f"MI scoring: {scope} column", done, total))
 
-    def _stats(self, trajectories, layout: Layout, metrics: dict) -> list[dict | None]:
+    def _stats(self, trajectories, layout: Layout, metrics: dict) -> list[OldPass | None]:
         """The no-grad pass over every micro-batch when the filter or the entropy metric needs it
         (else None per micro-batch: the update runs what it needs later)."""
         turns = [turn for t in trajectories for turn in t.turns]
         sampler_entropy = bool(turns) and all(turn.entropies is not None for turn in turns)
-        stats: list[dict | None] = [None] * len(layout.batches)
+        stats: list[OldPass | None] = [None] * len(layout.batches)
         if self.config.filtering.metric not in REWARD_METRICS + ("length",) or not sampler_entropy:
             with gathered(self.scorer, self.sharded):
                 for b, micro in enumerate(layout.batches):
@@ -269,7 +269,7 @@ class Trainer(TrainerBase):
             count = sum(len(turn.entropies) for turn in turns)
             metrics["policy/token_entropy"] = sum(sum(turn.entropies) for turn in turns) / count if count else 0.0
         else:
-            total = sum(float((s["entropy"] * b.mask).sum()) for s, b in zip(stats, layout.batches))
+            total = sum(float((s.entropy * b.mask).sum()) for s, b in zip(stats, layout.batches))
             count = sum(float(b.mask.sum()) for b in layout.batches)
             metrics["policy/token_entropy"] = total / count if count else 0.0
         return stats
@@ -401,12 +401,10 @@ class Trainer(TrainerBase):
         return cfg.ppo_epochs * steps > 1 or self.ref_scorer is not None or cfg.advantage == "gae"
 
     @torch.no_grad()
-    def _old_stats(self, batch) -> dict:
+    def _old_stats(self, batch) -> OldPass:
         logp, entropy, value = self._token_outputs(self.scorer, batch)
-        out = {"logp": logp.cpu(), "entropy": entropy.cpu(), "values": None if value is None else value.cpu()}
-        if self.ref_scorer is not None:
-            out["ref_logp"] = self._token_outputs(self.ref_scorer, batch)[0].cpu()
-        return out
+        ref_logp = None if self.ref_scorer is None else self._token_outputs(self.ref_scorer, batch)[0].cpu()
+        return OldPass(logp.cpu(), entropy.cpu(), None if value is None else value.cpu(), ref_logp)
 
     # == the update ===============================================================================
     def _update(self, layout: Layout, stats, chosen, advantages) -> dict:

@@ -103,7 +103,7 @@ def test_group_scores_from_lengths_and_token_entropies():
     import torch
 
     from ragen_envs.agent.trajectory import Trajectory, Turn
-    from trainers.batch import Layout, trajectory_samples
+    from trainers.batch import Layout, OldPass, trajectory_samples
     from trainers.filtering import scores_for
 
     def traj(group, index, n):
@@ -115,8 +115,8 @@ def test_group_scores_from_lengths_and_token_entropies():
     assert scores_for("length", np.zeros((2, 2)), trajs).tolist() == [3, 3]
     layout = Layout.of([s for i, t in enumerate(trajs) for s in trajectory_samples(t, i)], size=2, pad_id=0)
     # token entropy 1 on trajectory 0's tokens, 3 on 1's, 2 on the others
-    stats = [{"entropy": torch.tensor([[1, 1, 0, 0], [3, 3, 3, 3]], dtype=torch.float)},
-             {"entropy": torch.full((2, 3), 2.0)}]
+    stats = [OldPass(logp=None, entropy=torch.tensor([[1, 1, 0, 0], [3, 3, 3, 3]], dtype=torch.float), values=None),
+             OldPass(logp=None, entropy=torch.full((2, 3), 2.0), values=None)]
     assert scores_for("entropy", np.zeros((2, 2)), trajs, layout, stats).tolist() == [2.0, 2.0]
     assert scores_for("entropy_std", np.zeros((2, 2)), trajs, layout, stats).tolist() == pytest.approx([2 ** 0.5, 0])
     assert scores_for("std", np.array([[1.0, 3.0], [2.0, 2.0]])).tolist() == pytest.approx([2 ** 0.5, 0])

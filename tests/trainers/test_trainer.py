@@ -12,7 +12,7 @@ from ragen_envs.agent.trajectory import Trajectory, Turn
 from ragen_envs.diagnose.filtering import select_trajectories
 from trainers import Trainer, TrainerConfig
 from trainers import algorithms as alg
-from trainers.batch import Layout, collate, minibatches, trajectory_samples, update_steps
+from trainers.batch import Layout, OldPass, collate, minibatches, trajectory_samples, update_steps
 from trainers.metrics import METRICS
 
 from tests.numerics import assert_same_gradients, record_gradients
@@ -264,7 +264,7 @@ def test_the_in_reward_kl_comes_off_the_token_rewards_or_the_group_returns():
     first = [float(group[i].advantages[layout.mask(i).bool()][0]) for i in range(2)]
     assert first[0] > 0 > first[1]
     assert alg.advantages(layout, [0, 1], "group")[0].advantages.abs().sum() == 0  # equal returns without it
-    values = [{"values": torch.zeros_like(layout.batches[0].mask, dtype=torch.float)}]
+    values = [OldPass(logp=None, entropy=None, values=torch.zeros_like(layout.batches[0].mask, dtype=torch.float))]
     gae = alg.advantages(layout, [0, 1], "gae", values, penalty=penalty)
     plain = alg.advantages(layout, [0, 1], "gae", values)
     for i, taken in ((0, 0.25), (1, 0.75)):  # V = 0, gamma = lambda = 1: a token's return is what is left after it
@@ -364,7 +364,7 @@ def test_gae_carries_a_later_segments_reward_and_values_back():
     mask = layout.batches[0].mask
     values = torch.zeros_like(mask, dtype=torch.float)
     values[mask.bool()] = torch.tensor([0.5, 0.25, 0.75])  # V at tokens 3, 4, 5 (generation order)
-    adv = alg.advantages(layout, [0, 1], "gae", [{"values": values}], gamma=1.0, lam=1.0)
+    adv = alg.advantages(layout, [0, 1], "gae", [OldPass(logp=None, entropy=None, values=values)], gamma=1.0, lam=1.0)
     returns = torch.cat([adv[0][1][mask[0].bool()], adv[1][1][mask[1].bool()]])
     # gamma = lambda = 1: every token's return is the episode's 1.0, the first segment's included
     # (cut off, it would have returned 0).
