@@ -383,15 +383,23 @@ def wilson(share: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def run_settings(run_dir: Path) -> list[str]:
-    """What a run folder's config.json says was trained on what ([] without a readable config)."""
+    """What a run folder's record says was trained on what: an RL run's config.json, a warm start's
+    warm_start.json ([] without a readable record)."""
     try:
+        if (Path(run_dir) / "warm_start.json").is_file():  # its config.json is the model's
+            w = json.loads((Path(run_dir) / "warm_start.json").read_text())
+            c, model = w["config"], w["model"] or "default"
+            model = "model organism" if model.startswith("organism:") else f"model {model}"
+            return [f"SFT on {', '.join(e.split('/')[-1] for e in w['envs'])}",
+                    f"{c['episodes']} episodes x {c['epochs']} epochs, batch {c['batch_size']}",
+                    f"lr {c['learning_rate']:g}", model]
         c = json.loads((Path(run_dir) / "config.json").read_text())
         envs = ", ".join(f"{k.split('/')[-1]} x{v}" for k, v in c["env"].items())
         return [f"{c['algorithm']} on {envs}", f"P x G = {c['rollout']['n_groups']} x {c['rollout']['group_size']}",
                 "no filter" if c["filter"] == "none" else f"filter {c['filter']} {c['filter_value']}",
                 f"lr {c['learning_rate']:g}", f"model {c['model'] or 'default'}"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []  # a folder without a (readable) config still plots and reports
+        return []  # a folder without a (readable) record still plots and reports
 
 
 def _run_title(run_dir: Path) -> str:

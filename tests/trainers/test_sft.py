@@ -107,7 +107,7 @@ def test_warm_start_lowers_the_loss_and_saves_a_model_eval_can_load(tiny_model, 
 def test_a_warm_start_logs_its_loss_for_ragen_plot(tiny_model, tokenizer, tmp_path):
     import copy
 
-    from trainers.metrics import draw, plot_run, read_metrics
+    from trainers.metrics import _run_title, draw, plot_run, read_metrics
 
     out = tmp_path / "warm"
     cfg = SFTConfig(episodes=3, imperfect=0.0, epochs=2, batch_size=2, freeze_layers=0, output_dir=str(out))
@@ -120,6 +120,8 @@ def test_a_warm_start_logs_its_loss_for_ragen_plot(tiny_model, tokenizer, tmp_pa
     fig = draw(logged, "warm")
     assert [ax.get_title() for ax in fig.axes] == ["Warm-start loss"] and len(fig.axes[0].get_lines()) == 1
     assert plot_run(out) == out / "metrics.png"  # ragen plot's
+    # titled with the warm start's own settings (its config.json is the model's, not a run's)
+    assert _run_title(out).split("\n")[1].startswith("SFT on FrozenLake-v0, 3 episodes x 2 epochs, batch 2, lr ")
 
 
 def test_bad_settings():
