@@ -92,17 +92,8 @@ class TrainerBase:
         mix = check_envs(env or env_for("default"), cfg.rollout, NO_MODEL if vision.is_processor(tokenizer) else model)
         if cfg.evaluation.steps:
             check_held_out(cfg, sum(mix.values()), len(mix), self.world)
-        folder = resolve_folder(cfg.output_dir, cfg.resume_from_checkpoint, cfg.algorithm, list(mix), self.world)
-        self.config = cfg = replace(cfg, output_dir=str(folder))
-        self.run = Run(folder, {"model": self.model_name, "env": mix, **cfg.to_dict()}, self.rank, self.world)
-        resume, resume_state = None, None
-        if cfg.resume_from_checkpoint:
-            resume = checkpoint.find(folder, cfg.resume_from_checkpoint)
-            resume_state = checkpoint.validate(resume, cfg.algorithm, self.model_name)
-            # the run's settings change only on purpose, and the change is kept in its record
-            self.run.resume(resume_state["iteration"], cfg.allow_config_changes, TrainerConfig.flag)
-        else:
-            self.run.start(cfg.overwrite_output_dir)
+        resume, resume_state = self._open_run(cfg, mix)
+        cfg = self.config
         with self.run.removed_on_error():
             # freeze before the critic copies the model
             self.processor = tokenizer if vision.is_processor(tokenizer) else load_processor(model)
@@ -137,12 +128,7 @@ class TrainerBase:
                                        lambda: self._token_outputs(self.scorer, warm),
                                        some_unused=self.processor is not None, cpu_offload=cfg.fsdp_cpu_offload,
                                        bf16=self.bf16)
-        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
-        if self.value_head is not None:
-            critic = [p for p in [*self.value_head.parameters(),
-                                  *(self.critic_trunk.parameters() if self.critic_trunk else [])] if p.requires_grad]
-            groups.append({"params": critic, "lr": cfg.critic_lr})
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+        self.optimizer = self._optimizer()
         self.iteration = 0
         self.rl = checkpoint.RLState(kl_coef=cfg.kl_reward.coef)
         self.think_ids = list(self.tokenizer("<think>", add_special_tokens=False)["input_ids"])
@@ -151,6 +137,31 @@ class TrainerBase:
         self.unsaved_rollouts = None  # this iteration's trajectories, when rollouts/ is to keep them
         if not cfg.probe.only:  # a probe alone leaves the run's record and metrics be
             self.run.open_log(keep_iterations=self.iteration, report_to=cfg.report_to)
+
+    def _open_run(self, cfg: TrainerConfig, mix: dict[str, int]):
+        """Open the run folder (new, overwritten or resumed) as ``self.run``, with ``self.config`` naming
+        it; the checkpoint to resume from and its validated state, or (None, None)."""
+        folder = resolve_folder(cfg.output_dir, cfg.resume_from_checkpoint, cfg.algorithm, list(mix), self.world)
+        self.config = cfg = replace(cfg, output_dir=str(folder))
+        self.run = Run(folder, {"model": self.model_name, "env": mix, **cfg.to_dict()}, self.rank, self.world)
+        if not cfg.resume_from_checkpoint:
+            self.run.start(cfg.overwrite_output_dir)
+            return None, None
+        resume = checkpoint.find(folder, cfg.resume_from_checkpoint)
+        state = checkpoint.validate(resume, cfg.algorithm, self.model_name)
+        # the run's settings change only on purpose, and the change is kept in its record
+        self.run.resume(state["iteration"], cfg.allow_config_changes, TrainerConfig.flag)
+        return resume, state
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over the trained weights, the critic's (value head and own trunk) at the critic's rate."""
+        cfg = self.config
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": cfg.learning_rate}]
+        if self.value_head is not None:
+            critic = [p for p in [*self.value_head.parameters(),
+                                  *(self.critic_trunk.parameters() if self.critic_trunk else [])] if p.requires_grad]
+            groups.append({"params": critic, "lr": cfg.critic_lr})
+        return torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
 
     # The run's parts, by the names callers and tests use.
     @property
