@@ -190,7 +190,7 @@ def advantages(layout, chosen: list[int], kind: str, values: list | None = None,
     by the context cap bootstraps from the next one's values and gets the rewards after it; the
     advantages are then whitened over the chosen tokens. ``kind="group"`` gives one advantage per
     trajectory (counted once however many segments it has) to every generated token of its samples.
-    ``values``: the per-micro-batch no-grad statistics holding ``"values"`` (GAE only);
+    ``values``: the per-micro-batch no-grad passes (``batch.OldPass``), whose ``values`` GAE reads;
     ``high_level_gamma``: with GAE, ``bi_level_gae`` with this turn-level discount instead. ``penalty``: per
     chosen sample, (T-1,) amounts taken off its token rewards first (the in-reward KL, verl's
     ``apply_kl_penalty``): GAE sees each token's reward less its amount; group advantages each trajectory's

@@ -5,15 +5,15 @@
     from_scratch(["Ragen/FrozenLakeCoord-v0"], organism_sft(output_dir="runs/organism"), OrganismArchitecture())
 
 Its tokenizer is a byte-level BPE learnt from the envs' own text (the prompts, observations and oracle
-replies of ``corpus_episodes`` demonstrated episodes per env: ``sft.oracle_texts``, the warm start's first
-episodes). Merges may cross spaces, so the env's fixed phrases become a few tokens (sequences 2-3x shorter
-than word-level, which is what bounds a step's time), while a coordinate pair ``(r, c)``, any other digit
-and each of the env's action names are always tokens of their own: a position or a move is then the same
-token in an observation, a reasoning and an answer, which a decoder this small learns to copy (on held-out
-FrozenLakeCoord maps, 0.66 of greedy replies state the player's position right; 0.25 when each digit is a
-token, about 0.1 when a pair's pieces merge with their neighbours). Any text still round-trips exactly (a
-word-level vocabulary would lose what it never saw). The chat markers are special tokens; ``<think>``,
-``</think>``, ``<answer>`` and ``</answer>`` are whole tokens that decoding keeps.
+replies of ``corpus_episodes`` demonstrated episodes per env, played as the warm start plays them:
+``sft.oracle_texts``). Merges may cross spaces, so the env's fixed phrases become a few tokens (sequences
+2-3x shorter than word-level, which is what bounds a step's time), while a coordinate pair ``(r, c)``, any
+other digit and each of the env's action names are always tokens of their own: a position or a move is then
+the same token in an observation, a reasoning and an answer, which a decoder this small learns to copy (on
+held-out FrozenLakeCoord maps, 0.66 of greedy replies state the player's position right; 0.25 when each
+digit is a token, about 0.1 when a pair's pieces merge with their neighbours). Any text still round-trips
+exactly (a word-level vocabulary would lose what it never saw). The chat markers are special tokens;
+``<think>``, ``</think>``, ``<answer>`` and ``</answer>`` are whole tokens that decoding keeps.
 
 Its model is a Llama-style decoder of ``layers`` x ``width`` (about 0.6M parameters with the default
 sizes), randomly initialised from the seed, then trained on the envs' oracle demonstrations by the

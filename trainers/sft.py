@@ -58,9 +58,10 @@ class Demo:
 def oracle_play(env_ids: list[str], config: SFTConfig, episodes: int):
     """Play ``episodes`` demonstrated episodes of each env through ``ChatEnv`` (env seeds from
     ``config.seed``). Yields ``(chat, seed, text, oracle)`` before each reply ``text`` is played (the
-    chat's messages are then its prompt) and ``(chat, seed, None, True)`` when an episode ends (its
-    messages are then the whole episode). One random generator (``config.seed``) serves every turn, so
-    the corpus and the demonstrations of a seed play the same episodes."""
+    chat's messages are then its prompt) and ``(chat, seed, None, None)`` when an episode ends (its
+    messages are then the whole episode). ``chat`` is the one live ``ChatEnv`` of its env: read its
+    messages before asking for the next item. One random generator (``config.seed``) serves every turn
+    of every env, so the number of episodes played changes the draws of every env after the first."""
     rng = random.Random(config.seed)
     for env_id in env_ids:
         chat = ChatEnv(env_id, config.chat, config.max_new_tokens)
@@ -73,7 +74,7 @@ def oracle_play(env_ids: list[str], config: SFTConfig, episodes: int):
                     break
                 yield chat, seed, text, oracle
                 chat.step(config.chat.prefill + text)
-            yield chat, seed, None, True
+            yield chat, seed, None, None
         chat.close()
 
 

@@ -11,9 +11,8 @@ from ragen_envs.cli import main
 from ragen_envs.cli.commands import parse
 from ragen_envs.registry import env_for
 from trainers.config import ORGANISM_SFT, OrganismArchitecture, SFTConfig
-from trainers.sft import _lr_factor
+from trainers.sft import _lr_factor, oracle_texts
 from trainers.organism import build_model, build_tokenizer, from_scratch
-from trainers.sft import oracle_texts
 from conftest import SMOKE
 
 SMALL = OrganismArchitecture(layers=2, width=64, heads=2, corpus_episodes=10)
