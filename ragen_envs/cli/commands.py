@@ -81,7 +81,7 @@ def per_env_metrics(trajectories, chat, labels: dict[str, str] | None = None,
             for env_id, trajs in by_env.items()}
 
 
-def print_table(table: dict[str, dict[str, float]]) -> None:
+def print_env_table(table: dict[str, dict[str, float]]) -> None:
     """One row per env, COLUMNS and then any pass@k; "-" where a value does not exist (random actions on an
     open-text env)."""
     width = max([28, *(len(name) + 1 for name in table)])
@@ -139,7 +139,7 @@ def cmd_eval(args) -> int:
     bar = progress.bar(config.chat.max_turns, "turns")
     trajectories = runner.collect(progress=lambda turn, active: bar(turn, active=active))
     bar(config.chat.max_turns, active=0)
-    print_table(per_env_metrics(trajectories, config.chat, runner.labels(), args.pass_k))
+    print_env_table(per_env_metrics(trajectories, config.chat, runner.labels(), args.pass_k))
     if args.save:
         save_or_keep(partial(save_jsonl, trajectories), args.save, "the trajectories")
         print(f"trajectories saved to {args.save}")

@@ -94,7 +94,7 @@ def cmd_diagnose(args) -> int:
     record = {"source": str(path), "format": kind, "scorer": args.scorer, "model": model, "model_note": note,
               **result}
     (out / "diagnosis.json").write_text(json.dumps(record, indent=1, default=float))
-    print_table(result["rows"])
+    print_rows(result["rows"])
     plot = draw(result["rows"], out / "diagnosis.png", f"{path.name}: {result['verdict'].split(':')[0]}",
                 result["collapse_step"])
     print(f"{kind} {path}, scored by {model} ({args.scorer}): {note}")
@@ -103,7 +103,7 @@ def cmd_diagnose(args) -> int:
     return 0
 
 
-def print_table(rows: list[dict]) -> None:
+def print_rows(rows: list[dict]) -> None:
     """A line per step: the proxies, the reasoning length, a run folder's scorer lag (updates between the
     scoring checkpoint and the sampling weights; - : the fallback model) and the mean reward std, then the
     notes."""
