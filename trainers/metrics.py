@@ -102,6 +102,8 @@ PANELS = [("Held-out", "share of episodes", True), ("Task", "share of episodes",
           ("Filter", "share of groups", True), ("MI z-score (EMA)", "z (standard deviations)", False)]
 # An SFT warm start's metrics.jsonl (trainers/sft.py): a record every few optimizer steps, "iteration" the step.
 SFT_LOSS = "loss/sft"
+WARM_START_FILE = "warm_start.json"  # a warm start's record: its envs, model, settings and losses
+ORGANISM = "organism:"  # how that record's model starts when the model is a model organism
 SFT_METRICS = [Metric(SFT_LOSS, "sft_loss", "mean log-loss of the demonstrated reply tokens over the steps since the "
                       "last record", "", "Warm-start loss")]
 SFT_PANELS = [("Warm-start loss", "nats per token", False)]
@@ -386,10 +388,10 @@ def run_settings(run_dir: Path) -> list[str]:
     """What a run folder's record says was trained on what: an RL run's config.json, a warm start's
     warm_start.json ([] without a readable record)."""
     try:
-        if (Path(run_dir) / "warm_start.json").is_file():  # its config.json is the model's
-            w = json.loads((Path(run_dir) / "warm_start.json").read_text())
+        if (Path(run_dir) / WARM_START_FILE).is_file():  # its config.json is the model's
+            w = json.loads((Path(run_dir) / WARM_START_FILE).read_text())
             c, model = w["config"], w["model"] or "default"
-            model = "model organism" if model.startswith("organism:") else f"model {model}"
+            model = "model organism" if model.startswith(ORGANISM) else f"model {model}"
             return [f"SFT on {', '.join(e.split('/')[-1] for e in w['envs'])}",
                     f"{c['episodes']} episodes x {c['epochs']} epochs, batch {c['batch_size']}",
                     f"lr {c['learning_rate']:g}", model]

@@ -34,6 +34,7 @@ import torch
 
 from ragen_envs.agent import ChatEnv
 from trainers.config import OrganismArchitecture, SFTConfig, organism_sft
+from trainers.metrics import ORGANISM, WARM_START_FILE
 from trainers.sft import oracle_texts, reused, warm_start
 
 SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>"]
@@ -92,7 +93,7 @@ def build_model(tokenizer, config: OrganismArchitecture, seed: int):
 def organism_name(config: OrganismArchitecture) -> str:
     """What the warm start records as the organism's model, so a cached organism is reused only for the
     same sizes."""
-    return "organism:" + json.dumps(asdict(config), sort_keys=True)
+    return ORGANISM + json.dumps(asdict(config), sort_keys=True)
 
 
 def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: OrganismArchitecture | None = None,
@@ -117,10 +118,10 @@ def from_scratch(env_ids: list[str], sft: SFTConfig | None = None, organism: Org
 def is_organism(path) -> bool:
     """Whether the model folder ``path`` holds a model organism (its warm start's record says so)."""
     try:
-        record = json.loads((Path(path) / "warm_start.json").read_text())
+        record = json.loads((Path(path) / WARM_START_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return str(record.get("model") or "").startswith("organism:")
+    return str(record.get("model") or "").startswith(ORGANISM)
 
 
 def organism_dir(env_ids: list[str]) -> Path:

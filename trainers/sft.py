@@ -39,7 +39,7 @@ from ragen_envs.agent import ChatEnv, chat_encoding, progress
 from ragen_envs.registry import ENVIRONMENTS
 from ragen_envs.agent.parsing import ACTION_SEPARATOR, THINK_OPEN
 from trainers.config import SFTConfig
-from trainers.metrics import SFT_LOSS
+from trainers.metrics import SFT_LOSS, WARM_START_FILE
 from trainers.model import model_name, prepare_model
 from trainers.run import Run
 
@@ -223,7 +223,7 @@ def warm_start(model, env_ids: list[str], config: SFTConfig, tokenizer=None, dev
         folder.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        (folder / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
+        (folder / WARM_START_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
     run.save(save, "the warm-started model", f"saving the warm-started model to {out}")
     return record
@@ -286,7 +286,7 @@ def reused(name: str, env_ids: list[str], config: SFTConfig) -> dict | None:
     if not config.overwrite_output_dir:
         raise ValueError(f"{out} holds a warm start made with other settings; pass --overwrite to replace it "
                          "or choose another --output-dir")
-    (out / "warm_start.json").unlink()
+    (out / WARM_START_FILE).unlink()
     return None
 
 
@@ -320,7 +320,7 @@ def warm_start_dir(env_id: str) -> Path:
 def _previous(out: Path) -> dict | None:
     """The record of a complete warm start in ``out`` (its weights written), else None."""
     try:
-        record = json.loads((out / "warm_start.json").read_text())
+        record = json.loads((out / WARM_START_FILE).read_text())
     except (OSError, ValueError):
         return None
     return record if any(out.glob("*.safetensors")) else None
